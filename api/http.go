@@ -1,0 +1,186 @@
+// Package api is orderly's HTTP layer (gin). It only translates: it parses and
+// validates headers and bodies, computes the key hash and the request
+// fingerprint, calls the use cases (package internal/app), and maps their
+// outcomes and errors to statuses and RFC 9457 problem documents. It makes no
+// NATS calls of its own.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orderly-dev/orderly/internal/app"
+	"github.com/orderly-dev/orderly/internal/problem"
+)
+
+// DefaultTenant owns every request when no tokens are configured.
+const DefaultTenant = "default"
+
+// Config configures the HTTP layer.
+type Config struct {
+	// BodyLimit is the largest request body accepted, in bytes (413 above).
+	BodyLimit int64
+	// Wait is how long POST /v1/orders waits for the decision before it answers
+	// 202, when the client states no preference.
+	Wait time.Duration
+	// MaxWait caps the client's Prefer: wait=N and GET ?wait=.
+	MaxWait time.Duration
+	// Tokens maps bearer tokens to tenants. Empty: no authentication, and every
+	// request belongs to DefaultTenant.
+	Tokens map[string]string
+}
+
+// DefaultConfig is the configuration of the standalone API.
+func DefaultConfig() Config {
+	return Config{BodyLimit: 64 << 10, Wait: 2 * time.Second, MaxWait: 30 * time.Second}
+}
+
+// Validate reports every problem with c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.BodyLimit < 1024 {
+		errs = append(errs, fmt.Errorf("body limit must be at least 1024 bytes, got %d", c.BodyLimit))
+	}
+	if c.Wait < 0 {
+		errs = append(errs, fmt.Errorf("wait must not be negative, got %s", c.Wait))
+	}
+	if c.MaxWait < c.Wait {
+		errs = append(errs, fmt.Errorf("max wait (%s) must be at least wait (%s)", c.MaxWait, c.Wait))
+	}
+	for token, tenant := range c.Tokens {
+		if token == "" || tenant == "" {
+			errs = append(errs, errors.New("tokens and tenants must not be empty"))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Service is what the HTTP layer needs from the application (app.Service).
+type Service interface {
+	Submit(ctx context.Context, in app.SubmitOrder) (app.Outcome, error)
+	Order(ctx context.Context, tenant, orderID string, wait time.Duration) (app.OrderView, error)
+	OrderEvents(ctx context.Context, tenant, orderID string) ([]byte, error)
+}
+
+// ReadyFunc reports whether the process can serve: nil when ready.
+type ReadyFunc func(ctx context.Context) error
+
+//go:embed openapi.json
+var openAPI []byte
+
+type handlers struct {
+	cfg     Config
+	svc     Service
+	ready   ReadyFunc
+	logger  *slog.Logger
+	tokens  map[[sha256.Size]byte]string
+	metrics *httpMetrics
+}
+
+// NewHandler returns the HTTP handler. reg receives the HTTP metrics and is
+// served on /metrics.
+func NewHandler(cfg Config, svc Service, ready ReadyFunc, reg *prometheus.Registry, logger *slog.Logger) (http.Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if svc == nil || ready == nil || reg == nil || logger == nil {
+		return nil, errors.New("api: nil dependency")
+	}
+	h := &handlers{cfg: cfg, svc: svc, ready: ready, logger: logger.With("component", "api"),
+		tokens: make(map[[sha256.Size]byte]string, len(cfg.Tokens))}
+	for token, tenant := range cfg.Tokens {
+		h.tokens[sha256.Sum256([]byte(token))] = tenant
+	}
+	m, err := newHTTPMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	h.metrics = m
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.ContextWithFallback = true
+	r.Use(h.observe, h.recover)
+
+	v1 := r.Group("/v1", h.authenticate)
+	v1.POST("/orders", h.createOrder)
+	v1.GET("/orders/:id", h.getOrder)
+	v1.GET("/orders/:id/events", h.getOrderEvents)
+
+	r.GET("/healthz", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", []byte(`{"status":"ok"}`)) })
+	r.GET("/readyz", h.readyz)
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	r.GET("/openapi.json", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", openAPI) })
+	r.NoRoute(func(c *gin.Context) {
+		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Not found", "no resource at "+c.Request.URL.Path))
+	})
+	r.NoMethod(func(c *gin.Context) {
+		writeProblem(c, problem.New(http.StatusMethodNotAllowed, problem.CodeMethod, "Method not allowed",
+			c.Request.Method+" is not allowed on "+c.Request.URL.Path))
+	})
+	return r, nil
+}
+
+func (h *handlers) recover(c *gin.Context) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			h.logger.Error("panic in handler", "path", c.Request.URL.Path, "panic", v)
+			writeProblem(c, problem.New(http.StatusInternalServerError, problem.CodeInternal, "Internal error", "an unexpected error occurred"))
+			c.Abort()
+		}
+	}()
+	c.Next()
+}
+
+func (h *handlers) readyz(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+	defer cancel()
+	if err := h.ready(ctx); err != nil {
+		c.Header("Retry-After", "1")
+		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "Not ready", err.Error()))
+		return
+	}
+	c.Data(http.StatusOK, "application/json", []byte(`{"status":"ready"}`))
+}
+
+// authenticate resolves the tenant from the bearer token.
+func (h *handlers) authenticate(c *gin.Context) {
+	if len(h.tokens) == 0 {
+		c.Set(tenantKey, DefaultTenant)
+		return
+	}
+	const prefix = "Bearer "
+	auth := c.GetHeader("Authorization")
+	if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
+		c.Header("WWW-Authenticate", `Bearer realm="orderly"`)
+		writeProblem(c, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "Unauthorized", "send Authorization: Bearer <token>"))
+		c.Abort()
+		return
+	}
+	tenant, ok := h.tokens[sha256.Sum256([]byte(auth[len(prefix):]))]
+	if !ok {
+		c.Header("WWW-Authenticate", `Bearer realm="orderly", error="invalid_token"`)
+		writeProblem(c, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "Unauthorized", "the bearer token is not valid"))
+		c.Abort()
+		return
+	}
+	c.Set(tenantKey, tenant)
+}
+
+const tenantKey = "orderly.tenant"

@@ -1,0 +1,69 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderly-dev/orderly/internal/app"
+)
+
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	outcomes *prometheus.CounterVec
+}
+
+func newHTTPMetrics(reg *prometheus.Registry) (*httpMetrics, error) {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_http_requests_total",
+			Help: "HTTP requests by method, route and status code.",
+		}, []string{"method", "route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "orderly_http_request_duration_seconds",
+			Help:    "HTTP request latency by method and route.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"method", "route"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_order_submissions_total",
+			Help: "POST /v1/orders that reached the order store, by outcome: created, rejected, accepted (202), in_progress (409), and replayed when answered from a stored result.",
+		}, []string{"outcome", "replayed"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.outcomes} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (h *handlers) observe(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	h.metrics.requests.WithLabelValues(c.Request.Method, route, strconv.Itoa(c.Writer.Status())).Inc()
+	h.metrics.duration.WithLabelValues(c.Request.Method, route).Observe(time.Since(start).Seconds())
+}
+
+func (m *httpMetrics) outcome(out app.Outcome) {
+	var o string
+	switch out.Kind {
+	case app.Completed:
+		o = "created"
+		if out.Result.Status != http.StatusCreated {
+			o = "rejected"
+		}
+	case app.Accepted:
+		o = "accepted"
+	case app.InProgress:
+		o = "in_progress"
+	}
+	m.outcomes.WithLabelValues(o, strconv.FormatBool(out.Replayed)).Inc()
+}

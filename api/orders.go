@@ -1,0 +1,226 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/orderly-dev/orderly/internal/app"
+	"github.com/orderly-dev/orderly/internal/problem"
+	"github.com/orderly-dev/orderly/projections"
+)
+
+// retryAfter is the Retry-After of 202, 409 and 503, in seconds.
+const retryAfter = "1"
+
+// createOrder is POST /v1/orders.
+func (h *handlers) createOrder(c *gin.Context) {
+	tenant := c.GetString(tenantKey)
+	key, kerr := ParseIdempotencyKey(c.Request.Header.Values("Idempotency-Key"))
+	if kerr != nil {
+		title := "Invalid Idempotency-Key"
+		if kerr.Code == problem.CodeKeyMissing {
+			title = "Missing Idempotency-Key"
+		}
+		writeProblem(c, problem.New(http.StatusBadRequest, kerr.Code, title, kerr.Detail))
+		return
+	}
+	if p := checkJSON(c.GetHeader("Content-Type")); p != nil {
+		writeProblem(c, p)
+		return
+	}
+	body, p := h.readBody(c)
+	if p != nil {
+		writeProblem(c, p)
+		return
+	}
+	req, ferrs := DecodeOrder(body)
+	if ferrs != nil {
+		p := problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request",
+			fmt.Sprintf("the order has %d error(s); nothing was stored, so a corrected request may reuse the key", len(ferrs)))
+		p.Errors = ferrs
+		writeProblem(c, p)
+		return
+	}
+
+	prefs := ParsePrefer(c.Request.Header.Values("Prefer"))
+	in := app.SubmitOrder{
+		Tenant:      tenant,
+		KeyHash:     KeyHash(tenant, key),
+		Fingerprint: Fingerprint(req),
+		Request:     req,
+		Wait:        h.cfg.Wait,
+	}
+	var applied []string
+	if prefs.RespondAsync {
+		in.Wait = 0
+		applied = append(applied, "respond-async")
+	}
+	if prefs.HasWait {
+		w := min(prefs.Wait, h.cfg.MaxWait)
+		in.Wait, in.WaitForPending = w, w
+		applied = append(applied, "wait="+strconv.Itoa(int(w/time.Second)))
+	}
+	if len(applied) > 0 {
+		c.Header("Preference-Applied", strings.Join(applied, ", "))
+	}
+
+	out, err := h.svc.Submit(c.Request.Context(), in)
+	if err != nil {
+		h.writeError(c, err)
+		return
+	}
+	h.metrics.outcome(out)
+	switch out.Kind {
+	case app.Completed:
+		writeResult(c, out.Result, out.Replayed)
+	case app.Accepted:
+		c.Header("Location", projections.OrderPath(out.OrderID))
+		c.Header("Retry-After", retryAfter)
+		c.Data(http.StatusAccepted, "application/json", pendingBody(out.OrderID))
+	case app.InProgress:
+		c.Header("Location", projections.OrderPath(out.OrderID))
+		c.Header("Retry-After", retryAfter)
+		p := problem.New(http.StatusConflict, problem.CodeKeyInUse, "Idempotency key in use",
+			"a request with this idempotency key is still being processed; retry later, or send Prefer: wait=N to wait for it")
+		p.OrderID = out.OrderID
+		writeProblem(c, p)
+	default:
+		h.writeError(c, fmt.Errorf("unknown outcome %d", out.Kind))
+	}
+}
+
+func pendingBody(orderID string) []byte {
+	return []byte(`{"id":"` + orderID + `","status":"pending"}`)
+}
+
+// writeResult sends a stored response: its status, headers and body bytes.
+func writeResult(c *gin.Context, r projections.Result, replayed bool) {
+	hdr := c.Writer.Header()
+	if r.Location != "" {
+		hdr.Set("Location", r.Location)
+	}
+	if replayed {
+		hdr.Set("Idempotent-Replayed", "true")
+	}
+	c.Data(r.Status, r.ContentType, r.Body)
+}
+
+// checkJSON accepts application/json with no parameters but charset=utf-8.
+func checkJSON(contentType string) *problem.Problem {
+	bad := func(detail string) *problem.Problem {
+		return problem.New(http.StatusUnsupportedMediaType, problem.CodeMediaType, "Unsupported media type", detail)
+	}
+	if contentType == "" {
+		return bad("send the order as Content-Type: application/json")
+	}
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "application/json" {
+		return bad(fmt.Sprintf("the body must be application/json, not %q", contentType))
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return bad(fmt.Sprintf("unsupported media type parameter %s=%s (only charset=utf-8)", k, v))
+		}
+	}
+	return nil
+}
+
+func (h *handlers) readBody(c *gin.Context) ([]byte, *problem.Problem) {
+	tooLarge := problem.New(http.StatusRequestEntityTooLarge, problem.CodeTooLarge, "Request too large",
+		fmt.Sprintf("the body must be at most %d bytes", h.cfg.BodyLimit))
+	if c.Request.ContentLength > h.cfg.BodyLimit {
+		return nil, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, h.cfg.BodyLimit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge
+	case err != nil:
+		return nil, problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request", "the body could not be read: "+err.Error())
+	}
+	return body, nil
+}
+
+// getOrder is GET /v1/orders/{id}, with ?wait= for long polling.
+func (h *handlers) getOrder(c *gin.Context) {
+	wait, p := h.waitParam(c.Query("wait"))
+	if p != nil {
+		writeProblem(c, p)
+		return
+	}
+	v, err := h.svc.Order(c.Request.Context(), c.GetString(tenantKey), c.Param("id"), wait)
+	if err != nil {
+		h.writeError(c, err)
+		return
+	}
+	if v.Status == projections.StatusPending {
+		c.Header("Retry-After", retryAfter)
+	}
+	c.Data(http.StatusOK, "application/json", v.Body)
+}
+
+// waitParam parses ?wait= as a Go duration ("10s") or whole seconds ("10").
+func (h *handlers) waitParam(s string) (time.Duration, *problem.Problem) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, nerr := strconv.ParseUint(s, 10, 32)
+		if nerr != nil {
+			p := problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request", "wait must be a duration such as 10s")
+			p.Errors = []problem.FieldError{{Field: "wait", Reason: "must be a duration such as 10s or whole seconds"}}
+			return 0, p
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 {
+		d = 0
+	}
+	return min(d, h.cfg.MaxWait), nil
+}
+
+// getOrderEvents is GET /v1/orders/{id}/events.
+func (h *handlers) getOrderEvents(c *gin.Context) {
+	b, err := h.svc.OrderEvents(c.Request.Context(), c.GetString(tenantKey), c.Param("id"))
+	if err != nil {
+		h.writeError(c, err)
+		return
+	}
+	c.Data(http.StatusOK, "application/json", b)
+}
+
+// writeError maps the application's errors to problems.
+func (h *handlers) writeError(c *gin.Context, err error) {
+	var reused *app.KeyReusedError
+	switch {
+	case errors.As(err, &reused):
+		p := problem.New(http.StatusUnprocessableEntity, problem.CodeKeyReused, "Idempotency key reused",
+			"this idempotency key was used for a different request; use a new key for a new order")
+		p.OrderID = reused.OrderID
+		writeProblem(c, p)
+	case errors.Is(err, app.ErrNotFound):
+		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Order not found", "no order with this id"))
+	case errors.Is(err, app.ErrUnavailable):
+		h.logger.Warn("order store unavailable", "err", err)
+		c.Header("Retry-After", retryAfter)
+		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "Service unavailable",
+			"the order store did not answer in time; nothing was half-done, retry with the same idempotency key"))
+	default:
+		h.logger.Error("request failed", "path", c.Request.URL.Path, "err", err)
+		writeProblem(c, problem.New(http.StatusInternalServerError, problem.CodeInternal, "Internal error", "an unexpected error occurred"))
+	}
+}
+
+func writeProblem(c *gin.Context, p *problem.Problem) {
+	c.Data(p.Status, problem.ContentType, p.JSON())
+}

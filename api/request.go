@@ -1,0 +1,214 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/problem"
+)
+
+// Limits of a request body's fields.
+const (
+	MaxItems         = 1000
+	MaxCustomerIDLen = 128
+	MaxSKULen        = 64
+)
+
+// DecodeOrder decodes and validates the body of POST /v1/orders. It returns
+// every field error it finds, not only the first: a malformed body is a single
+// error on the field "". Field names match exactly (case matters) and unknown
+// fields are errors, so that a typo is not silently ignored.
+func DecodeOrder(body []byte) (events.OrderRequest, []problem.FieldError) {
+	var req events.OrderRequest
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return req, []problem.FieldError{{Field: "", Reason: jsonReason(err, "the body must be a JSON object")}}
+	}
+	if fields == nil { // the body was null
+		return req, []problem.FieldError{{Field: "", Reason: "the body must be a JSON object, not null"}}
+	}
+	d := decoder{}
+	d.unknown("", fields, "customer_id", "currency", "items", "total")
+	req.CustomerID = d.text("customer_id", fields["customer_id"], MaxCustomerIDLen)
+	req.Currency = d.text("currency", fields["currency"], 3)
+	if req.Currency != "" && !isCurrency(req.Currency) {
+		d.fail("currency", "must be an ISO 4217 code: three upper-case letters such as EUR")
+	}
+	req.Items = d.items(fields["items"])
+	if raw, ok := fields["total"]; ok && !isNull(raw) {
+		if t, ok := d.integer("total", raw, 0); ok {
+			req.Total = &t
+		}
+	}
+	if len(d.errs) == 0 {
+		if _, err := req.Sum(); err != nil {
+			d.fail("items", "the sum of quantity*unit_price does not fit in a 64-bit integer")
+		}
+	}
+	if len(d.errs) > 0 {
+		return events.OrderRequest{}, d.errs
+	}
+	return req, nil
+}
+
+// Fingerprint is the base64url SHA-256 of the canonical form of req: its
+// encoding/json encoding, whose field order and spacing are fixed. Two bodies
+// that differ only in key order or white space have the same fingerprint.
+func Fingerprint(req events.OrderRequest) string {
+	b, err := json.Marshal(req)
+	if err != nil { // plain data: cannot happen
+		panic(err)
+	}
+	sum := sha256.Sum256(b)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+type decoder struct{ errs []problem.FieldError }
+
+func (d *decoder) fail(field, reason string) {
+	d.errs = append(d.errs, problem.FieldError{Field: field, Reason: reason})
+}
+
+// unknown reports the fields of obj that are not known, in name order.
+func (d *decoder) unknown(prefix string, obj map[string]json.RawMessage, known ...string) {
+	var names []string
+	for name := range obj {
+		if !slices.Contains(known, name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		d.fail(prefix+name, "unknown field")
+	}
+}
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(raw, []byte("null")) }
+
+// text decodes a required non-empty string of at most maxLen characters
+// without control characters.
+func (d *decoder) text(field string, raw json.RawMessage, maxLen int) string {
+	if raw == nil || isNull(raw) {
+		d.fail(field, "is required")
+		return ""
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		d.fail(field, "must be a string")
+		return ""
+	}
+	n := utf8.RuneCountInString(s)
+	switch {
+	case n == 0:
+		d.fail(field, "must not be empty")
+	case n > maxLen:
+		d.fail(field, fmt.Sprintf("must be at most %d characters long", maxLen))
+	case hasControl(s):
+		d.fail(field, "must not contain control characters")
+	default:
+		return s
+	}
+	return ""
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func isCurrency(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// integer decodes a JSON integer of at least min.
+func (d *decoder) integer(field string, raw json.RawMessage, min int64) (int64, bool) {
+	if raw == nil || isNull(raw) {
+		d.fail(field, "is required")
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		switch {
+		case errors.Is(err, strconv.ErrRange):
+			d.fail(field, "is out of range for a 64-bit integer")
+		case raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9'):
+			d.fail(field, "must be an integer (money is in minor units, such as cents)")
+		case raw[0] == '"':
+			d.fail(field, "must be an integer, not a string")
+		default:
+			d.fail(field, "must be an integer")
+		}
+		return 0, false
+	}
+	if n < min {
+		d.fail(field, fmt.Sprintf("must be at least %d", min))
+		return 0, false
+	}
+	return n, true
+}
+
+func (d *decoder) items(raw json.RawMessage) []events.Item {
+	if raw == nil || isNull(raw) {
+		d.fail("items", "is required")
+		return nil
+	}
+	var list []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		d.fail("items", "must be an array of objects")
+		return nil
+	}
+	switch {
+	case len(list) == 0:
+		d.fail("items", "must hold at least one item")
+		return nil
+	case len(list) > MaxItems:
+		d.fail("items", fmt.Sprintf("must hold at most %d items", MaxItems))
+		return nil
+	}
+	items := make([]events.Item, len(list))
+	for i, f := range list {
+		p := "items[" + strconv.Itoa(i) + "]"
+		if f == nil {
+			d.fail(p, "must be an object")
+			continue
+		}
+		d.unknown(p+".", f, "sku", "quantity", "unit_price")
+		items[i].SKU = d.text(p+".sku", f["sku"], MaxSKULen)
+		items[i].Quantity, _ = d.integer(p+".quantity", f["quantity"], 1)
+		items[i].UnitPrice, _ = d.integer(p+".unit_price", f["unit_price"], 0)
+	}
+	return items
+}
+
+func jsonReason(err error, typeMsg string) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, syn.Error())
+	case errors.As(err, &typ):
+		return typeMsg
+	default:
+		return "malformed JSON: " + err.Error()
+	}
+}

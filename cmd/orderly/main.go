@@ -1,0 +1,80 @@
+// Command orderly is the one binary of orderly: the all-in-one server, its
+// separate roles, and the tools to operate it. Only this package reads flags
+// and the environment.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+const description = `orderly makes order ingestion safe to retry.
+
+Clients POST /v1/orders with an Idempotency-Key; every retry with the same key
+gets the same status and the same body, never a second order. Orders flow
+through NATS JetStream: the API publishes a CreateOrder command, a processor
+decides OrderCreated or OrderRejected, and projections answer the retries.
+
+Start here:  orderly serve     (embedded NATS, data under ./data)
+Every flag can also be set with the environment variable shown beside it.`
+
+// CLI is the command line.
+type CLI struct {
+	LogLevel  slog.Level `name:"log-level" env:"ORDERLY_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn or error."`
+	LogFormat string     `name:"log-format" env:"ORDERLY_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+
+	Serve     ServeCmd     `cmd:"" help:"Run API, processor and projector in one process, with an embedded NATS server unless --nats-url is set."`
+	API       RoleCmd      `cmd:"" name:"api" help:"Run only the HTTP API against a NATS cluster (--nats-url)."`
+	Processor RoleCmd      `cmd:"" help:"Run only the processor (CreateOrder -> events) against a NATS cluster (--nats-url)."`
+	Projector RoleCmd      `cmd:"" help:"Run only the projector (events -> read models) against a NATS cluster (--nats-url)."`
+	Version   VersionCmd   `cmd:"" help:"Print the version."`
+}
+
+// globals is what every command's Run receives.
+type globals struct {
+	ctx    context.Context
+	logger *slog.Logger
+}
+
+func main() {
+	var cli CLI
+	kctx := kong.Parse(&cli,
+		kong.Name("orderly"),
+		kong.Description(description),
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := kctx.Run(&globals{ctx: ctx, logger: newLogger(cli.LogLevel, cli.LogFormat)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "orderly:", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// VersionCmd prints the version.
+type VersionCmd struct{}
+
+// Run prints the version.
+func (VersionCmd) Run() error {
+	fmt.Println("orderly", version)
+	return nil
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/internal/server"
+)
+
+// NATSFlags locate NATS.
+type NATSFlags struct {
+	NATSURL     string        `name:"nats-url" env:"ORDERLY_NATS_URL" help:"NATS server URL(s), comma-separated. Empty: start an embedded server (serve only)."`
+	NATSTimeout time.Duration `name:"nats-timeout" env:"ORDERLY_NATS_TIMEOUT" default:"2s" help:"How long an HTTP request waits for each NATS call before it answers 503."`
+	Replicas    int           `name:"replicas" env:"ORDERLY_REPLICAS" default:"1" help:"Replicas of every stream and bucket when they are created (3 on a cluster)."`
+}
+
+// OrderFlags are the idempotency and HTTP settings.
+type OrderFlags struct {
+	HTTPAddr         string        `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address."`
+	DedupWindow      time.Duration `name:"dedup-window" env:"ORDERLY_DEDUP_WINDOW" default:"2m" help:"Duplicate window of the command stream: the broker drops a retry whose key it stored less than this long ago."`
+	ResultTTL        time.Duration `name:"result-ttl" env:"ORDERLY_RESULT_TTL" default:"24h" help:"How long a stored result answers retries of its key; afterwards the key is free and makes a new order."`
+	CommandRetention time.Duration `name:"command-retention" env:"ORDERLY_COMMAND_RETENTION" default:"72h" help:"How long commands stay stored; a processor outage longer than this loses accepted commands."`
+	Wait             time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
+	MaxWait          time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
+	BodyLimit        int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
+	TokensFile       string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant."`
+	ResultCache      int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"65536" help:"How many completed results the API keeps in memory for replays."`
+	Concurrency      int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"32" help:"Commands one processor handles at once."`
+	ProjConcurrency  int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"16" help:"Events one projector handles at once."`
+}
+
+// ServeCmd runs everything in one process.
+type ServeCmd struct {
+	NATSFlags
+	OrderFlags
+	DataDir    string `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data."`
+	NATSListen string `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services; empty: in-process only."`
+	Fsync      string `name:"fsync" env:"ORDERLY_FSYNC" default:"always" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002."`
+}
+
+// Run runs orderly serve.
+func (c *ServeCmd) Run(g *globals) error {
+	cfg, err := c.config(server.AllRoles)
+	if err != nil {
+		return err
+	}
+	c.apply(&cfg)
+	cfg.DataDir = c.DataDir
+	cfg.NATSListen = c.NATSListen
+	if cfg.Fsync, err = natsx.ParseFsync(c.Fsync); err != nil {
+		return err
+	}
+	return runServer(g, cfg)
+}
+
+// RoleCmd runs one role against an existing NATS.
+type RoleCmd struct {
+	NATSFlags
+	OrderFlags
+}
+
+// Run runs one role; which one is the command's name.
+func (c *RoleCmd) Run(g *globals, kctx *kong.Context) error {
+	roles := map[string]server.Roles{
+		"api":       {API: true},
+		"processor": {Processor: true},
+		"projector": {Projector: true},
+	}[kctx.Selected().Name]
+	if c.NATSURL == "" {
+		return errors.New("--nats-url is required: the separate roles run against a NATS (cluster); use 'orderly serve' for one process with an embedded server")
+	}
+	cfg, err := c.config(roles)
+	if err != nil {
+		return err
+	}
+	c.apply(&cfg)
+	return runServer(g, cfg)
+}
+
+func (n NATSFlags) apply(cfg *server.Config) {
+	cfg.NATSURL = n.NATSURL
+	cfg.RequestTimeout = n.NATSTimeout
+	cfg.Topology.Replicas = n.Replicas
+}
+
+func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
+	cfg := server.DefaultConfig()
+	cfg.Roles = roles
+	cfg.HTTPAddr = c.HTTPAddr
+	cfg.Topology.DedupWindow = c.DedupWindow
+	cfg.Topology.ResultTTL = c.ResultTTL
+	cfg.Topology.CommandRetention = c.CommandRetention
+	cfg.API.Wait = c.Wait
+	cfg.API.MaxWait = c.MaxWait
+	cfg.API.BodyLimit = c.BodyLimit
+	cfg.ResultCache = c.ResultCache
+	cfg.Processor.Concurrency = c.Concurrency
+	cfg.ProjectorConcurrency = c.ProjConcurrency
+	if c.TokensFile != "" {
+		tokens, err := readTokens(c.TokensFile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.API.Tokens = tokens
+	}
+	return cfg, nil
+}
+
+func runServer(g *globals, cfg server.Config) error {
+	s, err := server.Start(g.ctx, cfg, g.logger)
+	if err != nil {
+		return err
+	}
+	var failure error
+	select {
+	case <-g.ctx.Done():
+		g.logger.Info("shutting down")
+	case failure = <-s.Failed():
+		g.logger.Error("a component stopped; shutting down", "err", failure)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		return errors.Join(failure, err)
+	}
+	g.logger.Info("stopped")
+	return failure
+}
+
+// readTokens reads 'tenant token' lines; blank lines and # comments are skipped.
+func readTokens(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokens file: %w", err)
+	}
+	defer f.Close()
+	tokens := make(map[string]string)
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("tokens file %s line %d: want 'tenant token'", path, n)
+		}
+		if prev, dup := tokens[fields[1]]; dup {
+			return nil, fmt.Errorf("tokens file %s line %d: token already used by tenant %s", path, n, prev)
+		}
+		tokens[fields[1]] = fields[0]
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("tokens file: %w", err)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("tokens file %s holds no tokens", path)
+	}
+	return tokens, nil
+}

@@ -1,0 +1,197 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/projections"
+)
+
+// NewOrderID returns a fresh order ID: "ord_" and a ULID (time-ordered,
+// subject-safe).
+func NewOrderID() string { return events.OrderIDPrefix + ulid.Make().String() }
+
+// SubmitOrder is a validated POST /v1/orders.
+type SubmitOrder struct {
+	// Tenant owns the request.
+	Tenant string
+	// KeyHash is the hashed tenant-scoped idempotency key.
+	KeyHash string
+	// Fingerprint is the hash of the canonical request.
+	Fingerprint string
+	// Request is the decoded order.
+	Request events.OrderRequest
+	// Wait is how long to wait for the decision on a new order before answering
+	// Accepted; 0 answers Accepted as soon as the command is stored.
+	Wait time.Duration
+	// WaitForPending is how long a retry of a pending request waits for the
+	// original's decision before answering InProgress; 0 answers at once.
+	WaitForPending time.Duration
+}
+
+// OutcomeKind says how the request ended.
+type OutcomeKind int
+
+const (
+	// Completed: Result holds the stored response.
+	Completed OutcomeKind = iota + 1
+	// Accepted: the command is stored; the decision is not known yet (202).
+	Accepted
+	// InProgress: a retry arrived while the original is still pending (409).
+	InProgress
+)
+
+// Outcome is the answer to SubmitOrder.
+type Outcome struct {
+	Kind OutcomeKind
+	// OrderID is the order the key belongs to.
+	OrderID string
+	// Result is the stored response when Kind is Completed.
+	Result projections.Result
+	// Replayed is true when Result was stored for an earlier request.
+	Replayed bool
+}
+
+// Submit handles a POST /v1/orders. The three layers against duplicates meet
+// here: a key with a stored result is answered from it without publishing; the
+// broker drops a command whose key it saw inside the duplicate window; and the
+// processor's claim turns any command that still slips through into a
+// rejection that names the holder (see package processor).
+func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
+	if r, ok := s.watch.CachedResult(in.KeyHash); ok {
+		return s.existing(ctx, in, r, nil)
+	}
+	var sub *projections.Sub[projections.Result]
+	if in.Wait > 0 || in.WaitForPending > 0 {
+		sub = s.watch.WatchResult(in.KeyHash)
+		defer sub.Close()
+	}
+	r, found, err := s.result(ctx, in.KeyHash)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if found {
+		return s.existing(ctx, in, r, sub)
+	}
+
+	cmd := events.CreateOrder{
+		Type:        events.CreateOrderType,
+		OrderID:     s.newID(),
+		Tenant:      in.Tenant,
+		KeyHash:     in.KeyHash,
+		Fingerprint: in.Fingerprint,
+		AcceptedAt:  s.now().UTC(),
+		Request:     in.Request,
+	}
+	pctx, cancel := s.timeout(ctx)
+	pub, err := s.commands.Publish(pctx, cmd)
+	cancel()
+	if err != nil {
+		return Outcome{}, unavailable("publish command", err)
+	}
+	if pub.Duplicate {
+		return s.duplicate(ctx, in, pub.Sequence, sub)
+	}
+	return s.await(ctx, in, cmd.OrderID, sub, in.Wait, false)
+}
+
+// result reads key from ORDER_RESULTS and caches a completed result.
+func (s *Service) result(ctx context.Context, key string) (projections.Result, bool, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	r, found, err := s.models.Result(ctx, key)
+	if err != nil {
+		return r, false, unavailable("read result", err)
+	}
+	if found {
+		s.watch.Remember(key, r)
+	}
+	return r, found, nil
+}
+
+// duplicate answers a command the broker dropped: the original is in flight or
+// done. The projection knows once a processor claimed it; before that, the
+// original command itself says whose it is.
+func (s *Service) duplicate(ctx context.Context, in SubmitOrder, seq uint64, sub *projections.Sub[projections.Result]) (Outcome, error) {
+	r, found, err := s.result(ctx, in.KeyHash)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if found {
+		return s.existing(ctx, in, r, sub)
+	}
+	cctx, cancel := s.timeout(ctx)
+	orig, err := s.commands.Command(cctx, seq)
+	cancel()
+	if err != nil {
+		return Outcome{}, unavailable("read original command", err)
+	}
+	if orig.Fingerprint != in.Fingerprint {
+		return Outcome{}, &KeyReusedError{OrderID: orig.OrderID}
+	}
+	return s.pending(ctx, in, orig.OrderID, sub)
+}
+
+// existing answers from the key's value in ORDER_RESULTS.
+func (s *Service) existing(ctx context.Context, in SubmitOrder, r projections.Result, sub *projections.Sub[projections.Result]) (Outcome, error) {
+	if r.Fingerprint != in.Fingerprint {
+		return Outcome{}, &KeyReusedError{OrderID: r.OrderID}
+	}
+	if r.Completed() {
+		return Outcome{Kind: Completed, OrderID: r.OrderID, Result: r, Replayed: true}, nil
+	}
+	return s.pending(ctx, in, r.OrderID, sub)
+}
+
+// pending answers a retry whose original is not decided yet: at once with
+// InProgress, or after waiting for the original when the client asked to wait.
+func (s *Service) pending(ctx context.Context, in SubmitOrder, orderID string, sub *projections.Sub[projections.Result]) (Outcome, error) {
+	if in.WaitForPending <= 0 || sub == nil {
+		return Outcome{Kind: InProgress, OrderID: orderID}, nil
+	}
+	return s.await(ctx, in, orderID, sub, in.WaitForPending, true)
+}
+
+// await waits up to wait for the key's stored response. replay says whether the
+// request is a retry (its answer is a replay of the original's).
+func (s *Service) await(ctx context.Context, in SubmitOrder, orderID string, sub *projections.Sub[projections.Result], wait time.Duration, replay bool) (Outcome, error) {
+	notYet := Outcome{Kind: Accepted, OrderID: orderID}
+	if replay {
+		notYet.Kind = InProgress
+	}
+	if wait <= 0 || sub == nil {
+		return notYet, nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case r := <-sub.C:
+			if r.Completed() {
+				return s.decided(in, orderID, r, replay)
+			}
+		case <-timer.C:
+			// The watch may lag behind the bucket: look once more before giving up.
+			if r, found, err := s.result(ctx, in.KeyHash); err == nil && found && r.Completed() {
+				return s.decided(in, orderID, r, replay)
+			}
+			return notYet, nil
+		case <-ctx.Done():
+			return notYet, nil
+		case <-s.draining:
+			return notYet, nil
+		}
+	}
+}
+
+func (s *Service) decided(in SubmitOrder, orderID string, r projections.Result, replay bool) (Outcome, error) {
+	if r.Fingerprint != in.Fingerprint {
+		return Outcome{}, &KeyReusedError{OrderID: r.OrderID}
+	}
+	// Another order holds the key when our command lost the processor's claim to
+	// an earlier one: the answer is that order's, a replay.
+	return Outcome{Kind: Completed, OrderID: r.OrderID, Result: r, Replayed: replay || r.OrderID != orderID}, nil
+}

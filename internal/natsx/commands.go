@@ -1,0 +1,99 @@
+package natsx
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/app"
+)
+
+// Log is ORDER_COMMANDS and ORDER_EVENTS as the API uses them: it implements
+// app.Commands and app.EventLog.
+type Log struct {
+	js       jetstream.JetStream
+	commands jetstream.Stream
+	events   jetstream.Stream
+}
+
+// OpenLog binds to the streams, which must exist.
+func OpenLog(ctx context.Context, js jetstream.JetStream) (*Log, error) {
+	commands, err := js.Stream(ctx, events.CommandStream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", events.CommandStream, err)
+	}
+	evs, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", events.EventStream, err)
+	}
+	return &Log{js: js, commands: commands, events: evs}, nil
+}
+
+// Publish stores cmd on its subject with Nats-Msg-Id = cmd.KeyHash.
+func (l *Log) Publish(ctx context.Context, cmd events.CreateOrder) (app.Published, error) {
+	data, err := json.Marshal(cmd)
+	if err != nil {
+		return app.Published{}, err
+	}
+	msg := &nats.Msg{
+		Subject: events.CommandSubject(cmd.OrderID),
+		Header:  nats.Header{jetstream.MsgIDHeader: []string{cmd.KeyHash}},
+		Data:    data,
+	}
+	ack, err := l.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return app.Published{}, err
+	}
+	return app.Published{Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// Command reads the command stored at seq.
+func (l *Log) Command(ctx context.Context, seq uint64) (events.CreateOrder, error) {
+	m, err := l.commands.GetMsg(ctx, seq)
+	if err != nil {
+		return events.CreateOrder{}, err
+	}
+	var cmd events.CreateOrder
+	if err := json.Unmarshal(m.Data, &cmd); err != nil {
+		return events.CreateOrder{}, fmt.Errorf("command at %d: %w", seq, err)
+	}
+	return cmd, nil
+}
+
+// FindCommand reads the command of orderID; ok is false when there is none.
+func (l *Log) FindCommand(ctx context.Context, orderID string) (events.CreateOrder, bool, error) {
+	m, err := l.commands.GetLastMsgForSubject(ctx, events.CommandSubject(orderID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return events.CreateOrder{}, false, nil
+	}
+	if err != nil {
+		return events.CreateOrder{}, false, err
+	}
+	var cmd events.CreateOrder
+	if err := json.Unmarshal(m.Data, &cmd); err != nil {
+		return events.CreateOrder{}, false, fmt.Errorf("command of %s: %w", orderID, err)
+	}
+	return cmd, true, nil
+}
+
+// OrderEvents returns the stored events of orderID, oldest first.
+func (l *Log) OrderEvents(ctx context.Context, orderID string) ([][]byte, error) {
+	var out [][]byte
+	filter := events.OrderSubjects(orderID)
+	for seq := uint64(1); ; {
+		m, err := l.events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m.Data)
+		seq = m.Sequence + 1
+	}
+}

@@ -1,0 +1,64 @@
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Connect opens a connection named name: in process to ns when ns is not nil,
+// else to url. It reconnects for ever; when url cannot be reached at first it
+// keeps trying until ctx ends.
+func Connect(ctx context.Context, url string, ns *server.Server, name string, logger *slog.Logger) (*nats.Conn, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	log := logger.With("component", "nats", "conn", name)
+	opts := []nats.Option{
+		nats.Name("orderly-" + name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, 100*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		// Pending publishes while disconnected are bounded by their own deadlines;
+		// do not hold megabytes of them in memory.
+		nats.ReconnectBufSize(1 << 20),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", "url", c.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			log.Error("NATS async error", "subject", subj, "err", err)
+		}),
+	}
+	if ns != nil {
+		opts = append(opts, nats.InProcessServer(ns))
+		url = ""
+	} else if url == "" {
+		return nil, errors.New("no NATS URL and no embedded server")
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS %s: %w", url, err)
+	}
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return nil, fmt.Errorf("connect to NATS %s: %w", url, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nc, nil
+}

@@ -1,0 +1,212 @@
+// Package natsx is orderly's NATS plumbing: the embedded server, connections, the
+// streams and buckets (the topology), and the mapping of NATS errors to the few
+// cases the rest of orderly cares about. It is nobody's contract.
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Fsync says when the embedded server flushes JetStream writes to disk.
+type Fsync struct {
+	// Always syncs every write before it is acknowledged (survives power loss).
+	Always bool
+	// Interval is the period of the background sync when Always is false. A
+	// process crash loses nothing (the page cache survives); power loss or an OS
+	// crash loses up to Interval of acknowledged writes.
+	Interval time.Duration
+}
+
+// ParseFsync parses "always" or a Go duration such as "1s" or "2m".
+func ParseFsync(s string) (Fsync, error) {
+	if strings.EqualFold(strings.TrimSpace(s), "always") {
+		return Fsync{Always: true}, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d <= 0 {
+		return Fsync{}, fmt.Errorf("fsync must be \"always\" or a positive duration such as 1s, got %q", s)
+	}
+	return Fsync{Interval: d}, nil
+}
+
+// String is the flag form of f.
+func (f Fsync) String() string {
+	if f.Always {
+		return "always"
+	}
+	return f.Interval.String()
+}
+
+// ClusterConfig makes the embedded server one node of a NATS cluster.
+type ClusterConfig struct {
+	// Name is the cluster name; every node uses the same.
+	Name string
+	// Listen is host:port for routes from the other nodes.
+	Listen string
+	// Routes are the other nodes' route URLs, such as nats://127.0.0.1:6222.
+	Routes []string
+}
+
+// EmbeddedConfig configures an embedded nats-server.
+type EmbeddedConfig struct {
+	// ServerName names the node; required and unique in a cluster.
+	ServerName string
+	// StoreDir is where JetStream keeps its files.
+	StoreDir string
+	// Listen is the host:port of the client port. Empty: no port at all, in-process
+	// connections only. Port -1 picks a free port.
+	Listen string
+	// Fsync is the durability mode.
+	Fsync Fsync
+	// Cluster, when set, joins a cluster.
+	Cluster *ClusterConfig
+	// Logger receives the server's log; nil silences it.
+	Logger *slog.Logger
+}
+
+// Validate reports every problem with the config.
+func (c EmbeddedConfig) Validate() error {
+	var errs []error
+	if c.StoreDir == "" {
+		errs = append(errs, errors.New("embedded NATS: store directory is empty"))
+	}
+	if c.ServerName == "" {
+		errs = append(errs, errors.New("embedded NATS: server name is empty"))
+	}
+	if !c.Fsync.Always && c.Fsync.Interval <= 0 {
+		errs = append(errs, errors.New("embedded NATS: fsync interval must be positive"))
+	}
+	if c.Listen != "" {
+		if _, _, err := splitHostPort(c.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("embedded NATS: listen address: %w", err))
+		}
+	}
+	if c.Cluster != nil {
+		if c.Cluster.Name == "" {
+			errs = append(errs, errors.New("embedded NATS: cluster name is empty"))
+		}
+		if _, _, err := splitHostPort(c.Cluster.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("embedded NATS: cluster listen address: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", addr)
+	}
+	return host, port, nil
+}
+
+// StartEmbedded starts a nats-server with JetStream and waits until it accepts
+// connections and JetStream answers (in a cluster: until there is a meta leader).
+func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*server.Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opts := &server.Options{
+		ServerName:   cfg.ServerName,
+		JetStream:    true,
+		StoreDir:     cfg.StoreDir,
+		SyncAlways:   cfg.Fsync.Always,
+		SyncInterval: cfg.Fsync.Interval,
+		NoSigs:       true,
+		// The server's own limit on pending bytes per client is generous; a slow
+		// in-process client must not be cut off under load.
+		MaxPending: 256 << 20,
+	}
+	if cfg.Fsync.Always {
+		opts.SyncInterval = 2 * time.Minute // ignored by the store when SyncAlways is set
+	}
+	if cfg.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, _ := splitHostPort(cfg.Listen)
+		opts.Host, opts.Port = host, port
+	}
+	if c := cfg.Cluster; c != nil {
+		host, port, _ := splitHostPort(c.Listen)
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port}
+		for _, r := range c.Routes {
+			urls := server.RoutesFromStr(r)
+			if len(urls) == 0 {
+				return nil, fmt.Errorf("embedded NATS: bad route %q", r)
+			}
+			opts.Routes = append(opts.Routes, urls...)
+		}
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	if cfg.Logger != nil {
+		ns.SetLoggerV2(slogAdapter{cfg.Logger.With("component", "nats-server")}, false, false, false)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("embedded NATS: not ready for connections after 30s")
+	}
+	if err := waitJetStream(ctx, ns); err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
+	return ns, nil
+}
+
+// waitJetStream polls AccountInfo until JetStream answers: ReadyForConnections does
+// not wait for a cluster's meta leader.
+func waitJetStream(ctx context.Context, ns *server.Server) error {
+	nc, err := nats.Connect("", nats.InProcessServer(ns))
+	if err != nil {
+		return fmt.Errorf("embedded NATS: connect: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.AccountInfo(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("embedded NATS: JetStream not ready: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+type slogAdapter struct{ l *slog.Logger }
+
+// Noticef logs at debug: the server's notices (banner, start-up, shutdown) are
+// noise in orderly's log; its warnings and errors are not.
+func (a slogAdapter) Noticef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Tracef(format string, v ...any)  {}

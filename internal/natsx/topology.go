@@ -1,0 +1,221 @@
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+)
+
+// Durable consumer names.
+const (
+	// ProcessorConsumer is the durable pull consumer of ORDER_COMMANDS that every
+	// processor instance shares.
+	ProcessorConsumer = "processor"
+	// ProjectorConsumer is the durable pull consumer of ORDER_EVENTS that every
+	// projector instance shares.
+	ProjectorConsumer = "projector"
+)
+
+// Topology is the set of streams, buckets and durable consumers orderly runs on.
+type Topology struct {
+	// Replicas of every stream and bucket: 1 standalone, 3 in a cluster.
+	Replicas int
+	// DedupWindow is the duplicate window of ORDER_COMMANDS: a retry whose
+	// Nats-Msg-Id was stored less than this long ago is dropped by the broker.
+	DedupWindow time.Duration
+	// CommandRetention is how long commands stay stored. It bounds how long the
+	// processor may be down without losing accepted commands, and must be at least
+	// DedupWindow.
+	CommandRetention time.Duration
+	// ResultTTL is how long a stored result answers retries of its key; the TTL of
+	// ORDER_RESULTS.
+	ResultTTL time.Duration
+	// EventRetention is how long events stay stored; 0 keeps them for ever.
+	EventRetention time.Duration
+	// DeadLetterRetention is how long dead-lettered commands stay stored; 0 keeps
+	// them for ever.
+	DeadLetterRetention time.Duration
+	// AckWait is how long a consumer waits for an ack before it redelivers.
+	AckWait time.Duration
+	// MaxDeliver bounds the deliveries of one command to the processor; the last
+	// delivery dead-letters it.
+	MaxDeliver int
+}
+
+// DefaultTopology is the topology of a standalone orderly.
+func DefaultTopology() Topology {
+	return Topology{
+		Replicas:         1,
+		DedupWindow:      2 * time.Minute,
+		CommandRetention: 72 * time.Hour,
+		ResultTTL:        24 * time.Hour,
+		AckWait:          30 * time.Second,
+		MaxDeliver:       10,
+	}
+}
+
+// Validate reports every problem with t.
+func (t Topology) Validate() error {
+	var errs []error
+	if t.Replicas < 1 || t.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas must be 1 to 5, got %d", t.Replicas))
+	}
+	if t.DedupWindow < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("dedup window must be at least 100ms, got %s", t.DedupWindow))
+	}
+	if t.CommandRetention < t.DedupWindow {
+		errs = append(errs, fmt.Errorf("command retention (%s) must be at least the dedup window (%s)", t.CommandRetention, t.DedupWindow))
+	}
+	if t.ResultTTL < t.DedupWindow {
+		errs = append(errs, fmt.Errorf("result TTL (%s) must be at least the dedup window (%s): a retry inside the window must find its result", t.ResultTTL, t.DedupWindow))
+	}
+	if t.EventRetention < 0 || t.DeadLetterRetention < 0 {
+		errs = append(errs, errors.New("retention must not be negative"))
+	}
+	if t.AckWait < time.Second {
+		errs = append(errs, fmt.Errorf("ack wait must be at least 1s, got %s", t.AckWait))
+	}
+	if t.MaxDeliver < 2 {
+		errs = append(errs, fmt.Errorf("max deliver must be at least 2, got %d", t.MaxDeliver))
+	}
+	return errors.Join(errs...)
+}
+
+// CommandStreamConfig is the configuration of ORDER_COMMANDS.
+func (t Topology) CommandStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        events.CommandStream,
+		Description: "orderly CreateOrder commands; Nats-Msg-Id is the hashed tenant-scoped idempotency key",
+		Subjects:    []string{events.CommandSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      t.CommandRetention,
+		Duplicates:  t.DedupWindow,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+		Discard:     jetstream.DiscardOld,
+		AllowDirect: true,
+		MaxMsgSize:  1 << 20,
+	}
+}
+
+// EventStreamConfig is the configuration of ORDER_EVENTS.
+func (t Topology) EventStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        events.EventStream,
+		Description: "orderly order events (CloudEvents 1.0 JSON); the source of truth",
+		Subjects:    []string{events.EventSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      t.EventRetention,
+		Duplicates:  t.DedupWindow,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+		Discard:     jetstream.DiscardOld,
+		AllowDirect: true,
+		DenyDelete:  true,
+		DenyPurge:   true,
+	}
+}
+
+// DeadLetterStreamConfig is the configuration of ORDER_COMMANDS_DLQ.
+func (t Topology) DeadLetterStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        events.DeadLetterStream,
+		Description: "orderly commands that failed permanently; header reason_poisoned says why",
+		Subjects:    []string{events.DeadLetterSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      t.DeadLetterRetention,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+		AllowDirect: true,
+	}
+}
+
+// ResultsConfig is the configuration of the ORDER_RESULTS bucket.
+func (t Topology) ResultsConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      events.ResultsBucket,
+		Description: "hashed tenant-scoped idempotency key -> claim and stored response",
+		TTL:         t.ResultTTL,
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+	}
+}
+
+// OrdersConfig is the configuration of the ORDERS bucket.
+func (t Topology) OrdersConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      events.OrdersBucket,
+		Description: "order ID -> order read model",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+	}
+}
+
+// ProcessorConsumerConfig is the durable consumer the processors share.
+func (t Topology) ProcessorConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ProcessorConsumer,
+		Description:   "orderly processors: CreateOrder -> OrderCreated | OrderRejected",
+		FilterSubject: events.CommandSubjects,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       t.AckWait,
+		MaxDeliver:    t.MaxDeliver,
+		MaxAckPending: 4096,
+		Replicas:      t.Replicas,
+	}
+}
+
+// ProjectorConsumerConfig is the durable consumer the projectors share. It never
+// gives up on an event: a read model that skipped one would be wrong for ever.
+func (t Topology) ProjectorConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ProjectorConsumer,
+		Description:   "orderly projectors: events -> ORDER_RESULTS, ORDERS",
+		FilterSubject: events.EventSubjects,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       t.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 4096,
+		Replicas:      t.Replicas,
+	}
+}
+
+// Ensure creates every stream, bucket and consumer, or updates it to t. It is
+// idempotent: every start of orderly calls it.
+func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	for _, cfg := range []jetstream.StreamConfig{t.CommandStreamConfig(), t.EventStreamConfig(), t.DeadLetterStreamConfig()} {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+	}
+	for _, cfg := range []jetstream.KeyValueConfig{t.ResultsConfig(), t.OrdersConfig()} {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	consumers := []struct {
+		stream string
+		cfg    jetstream.ConsumerConfig
+	}{
+		{events.CommandStream, t.ProcessorConsumerConfig()},
+		{events.EventStream, t.ProjectorConsumerConfig()},
+	}
+	for _, c := range consumers {
+		if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
+			return fmt.Errorf("consumer %s on %s: %w", c.cfg.Durable, c.stream, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+// Package problem renders RFC 9457 problem details, the body of every error
+// orderly answers with. Each problem has a stable Code that clients match on;
+// Type is the URN form of the code.
+package problem
+
+import "encoding/json"
+
+// ContentType is the media type of a problem document.
+const ContentType = "application/problem+json"
+
+// Stable codes. Clients match on these; they never change meaning.
+const (
+	CodeKeyMissing    = "idempotency_key_missing"
+	CodeKeyInvalid    = "idempotency_key_invalid"
+	CodeKeyInUse      = "idempotency_key_in_use"
+	CodeKeyReused     = "idempotency_key_reused"
+	CodeInvalid       = "invalid_request"
+	CodeRejected      = "order_rejected"
+	CodeTooLarge      = "request_too_large"
+	CodeMediaType     = "unsupported_media_type"
+	CodeUnauthorized  = "unauthorized"
+	CodeNotFound      = "not_found"
+	CodeUnavailable   = "service_unavailable"
+	CodeInternal      = "internal_error"
+	CodeMethod        = "method_not_allowed"
+	CodeNotAcceptable = "not_acceptable"
+)
+
+// FieldError is one problem with one field of the request body.
+type FieldError struct {
+	// Field is the path of the field, such as "items[0].quantity"; empty for the
+	// body as a whole.
+	Field string `json:"field"`
+	// Reason says what is wrong, for a human.
+	Reason string `json:"reason"`
+}
+
+// Problem is an RFC 9457 problem details document with orderly's extensions.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Code is the stable machine-readable code.
+	Code string `json:"code"`
+	// Errors lists every field error of an invalid request.
+	Errors []FieldError `json:"errors,omitempty"`
+	// OrderID names the order the problem is about, when there is one.
+	OrderID string `json:"order_id,omitempty"`
+	// Reason is the rejection reason of an order_rejected problem.
+	Reason string `json:"reason,omitempty"`
+}
+
+// New returns a problem with the given status, code, title and detail.
+func New(status int, code, title, detail string) *Problem {
+	return &Problem{Type: TypeURI(code), Title: title, Status: status, Detail: detail, Code: code}
+}
+
+// TypeURI is the problem type URI of code.
+func TypeURI(code string) string { return "urn:orderly:problem:" + code }
+
+// Error makes a Problem usable as an error.
+func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
+
+// JSON is the encoded problem.
+func (p *Problem) JSON() []byte {
+	b, err := json.Marshal(p)
+	if err != nil { // cannot happen: only strings, ints and slices of them
+		panic(err)
+	}
+	return b
+}

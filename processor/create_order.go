@@ -1,0 +1,195 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/wm"
+	"github.com/orderly-dev/orderly/projections"
+)
+
+// Claims is where the processor claims idempotency keys.
+//
+// Claim creates key with claim if the key has no value, atomically: of any
+// number of concurrent callers, on any number of processes, exactly one wins.
+// A caller that loses gets the value that won.
+type Claims interface {
+	Claim(ctx context.Context, key string, claim projections.Result) (existing projections.Result, won bool, err error)
+}
+
+// EventStore stores events.
+//
+// Append stores data as the event of kind k about orderID, at most once per
+// order: it returns nil when this or another terminal event of the order is
+// already stored, so that a redelivered command cannot store a second event.
+type EventStore interface {
+	Append(ctx context.Context, k events.Kind, orderID string, data []byte) error
+}
+
+// createOrderHandler turns a CreateOrder command into OrderCreated or OrderRejected.
+type createOrderHandler struct {
+	claims     Claims
+	store      EventStore
+	maxDeliver int
+	timeout    time.Duration
+	now        func() time.Time
+	logger     *slog.Logger
+	decided    func(kind events.Kind, reason string)
+}
+
+// NewCreateOrderHandler returns the handler of CreateOrder. maxDeliver is the
+// consumer's delivery limit: a transient failure on the last delivery is treated
+// as permanent, so the command is dead-lettered instead of dropped.
+func NewCreateOrderHandler(claims Claims, store EventStore, maxDeliver int, timeout time.Duration, logger *slog.Logger) (*createOrderHandler, error) {
+	var errs []error
+	if claims == nil {
+		errs = append(errs, errors.New("nil claims"))
+	}
+	if store == nil {
+		errs = append(errs, errors.New("nil event store"))
+	}
+	if maxDeliver < 1 {
+		errs = append(errs, fmt.Errorf("max deliver must be at least 1, got %d", maxDeliver))
+	}
+	if timeout <= 0 {
+		errs = append(errs, fmt.Errorf("timeout must be positive, got %s", timeout))
+	}
+	if logger == nil {
+		errs = append(errs, errors.New("nil logger"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("create order handler: %w", err)
+	}
+	return &createOrderHandler{
+		claims: claims, store: store, maxDeliver: maxDeliver, timeout: timeout,
+		now: time.Now, logger: logger, decided: func(events.Kind, string) {},
+	}, nil
+}
+
+// Handle processes one delivery of a command. Its contract with the router:
+//   - nil: the terminal event of the order is stored; the command may be acked;
+//   - a Permanent error: no retry can succeed; the command goes to the dead-letter stream;
+//   - any other error: retry later (the command is naked and redelivered).
+//
+// Every step is idempotent, so a redelivery after a crash at any point resumes
+// the work: the claim of a redelivered command is its own (same order ID), and
+// the event store keeps the first terminal event of an order.
+func (h *createOrderHandler) Handle(msg *message.Message) error {
+	cmd, err := decodeCommand(msg.Payload)
+	if err != nil {
+		return Permanent(err)
+	}
+	ctx, cancel := context.WithTimeout(msg.Context(), h.timeout)
+	defer cancel()
+	if err := h.handle(ctx, cmd); err != nil {
+		if !IsPermanent(err) && wm.Delivered(msg) >= h.maxDeliver {
+			return Permanent(fmt.Errorf("giving up after %d deliveries: %w", h.maxDeliver, err))
+		}
+		return err
+	}
+	return nil
+}
+
+func (h *createOrderHandler) handle(ctx context.Context, cmd events.CreateOrder) error {
+	claim := projections.Result{State: projections.StatePending, OrderID: cmd.OrderID, Fingerprint: cmd.Fingerprint}
+	holder, won, err := h.claims.Claim(ctx, cmd.KeyHash, claim)
+	if err != nil {
+		return fmt.Errorf("claim key of %s: %w", cmd.OrderID, err)
+	}
+	var kind events.Kind
+	var data []byte
+	switch {
+	case won || holder.OrderID == cmd.OrderID: // ours, or ours from an earlier delivery
+		kind, data = Decide(cmd, h.now())
+	case holder.Fingerprint == cmd.Fingerprint:
+		kind, data = reject(cmd, h.now(), events.ReasonDuplicate, holder.OrderID,
+			fmt.Sprintf("the idempotency key already belongs to order %s with the same request", holder.OrderID))
+	default:
+		kind, data = reject(cmd, h.now(), events.ReasonKeyReused, holder.OrderID,
+			fmt.Sprintf("the idempotency key already belongs to order %s with a different request", holder.OrderID))
+	}
+	if err := h.store.Append(ctx, kind, cmd.OrderID, data); err != nil {
+		return fmt.Errorf("store %s event of %s: %w", kind, cmd.OrderID, err)
+	}
+	h.decided(kind, "")
+	return nil
+}
+
+func decodeCommand(b []byte) (events.CreateOrder, error) {
+	var cmd events.CreateOrder
+	if err := json.Unmarshal(b, &cmd); err != nil {
+		return cmd, fmt.Errorf("undecodable command: %w", err)
+	}
+	var errs []error
+	if cmd.Type != events.CreateOrderType {
+		errs = append(errs, fmt.Errorf("unknown command type %q", cmd.Type))
+	}
+	if !events.ValidOrderID(cmd.OrderID) {
+		errs = append(errs, fmt.Errorf("invalid order id %q", cmd.OrderID))
+	}
+	if cmd.KeyHash == "" || cmd.Fingerprint == "" {
+		errs = append(errs, errors.New("command without key hash or fingerprint"))
+	}
+	return cmd, errors.Join(errs...)
+}
+
+// Decide is the business decision on a command this order holds the key of:
+// OrderCreated, or OrderRejected when the order breaks a rule. It returns the
+// event kind and the encoded event.
+func Decide(cmd events.CreateOrder, now time.Time) (events.Kind, []byte) {
+	r := cmd.Request
+	sum, err := r.Sum()
+	switch {
+	case err != nil:
+		return reject(cmd, now, events.ReasonInvalidOrder, "", err.Error())
+	case len(r.Items) == 0:
+		return reject(cmd, now, events.ReasonInvalidOrder, "", "the order has no items")
+	case r.Total != nil && *r.Total != sum:
+		return reject(cmd, now, events.ReasonTotalMismatch, "",
+			fmt.Sprintf("total %d does not equal the sum of quantity*unit_price over the items, %d", *r.Total, sum))
+	}
+	e := events.NewEvent(events.OrderCreatedType, events.KindCreated, cmd.OrderID, now, events.OrderCreated{
+		OrderID:            cmd.OrderID,
+		Tenant:             cmd.Tenant,
+		CustomerID:         r.CustomerID,
+		Currency:           r.Currency,
+		Items:              r.Items,
+		Total:              sum,
+		IdempotencyKeyHash: cmd.KeyHash,
+		RequestFingerprint: cmd.Fingerprint,
+		AcceptedAt:         cmd.AcceptedAt.UTC(),
+		CreatedAt:          now.UTC(),
+	})
+	return events.KindCreated, mustJSON(e)
+}
+
+func reject(cmd events.CreateOrder, now time.Time, reason, duplicateOf, detail string) (events.Kind, []byte) {
+	e := events.NewEvent(events.OrderRejectedType, events.KindRejected, cmd.OrderID, now, events.OrderRejected{
+		OrderID:            cmd.OrderID,
+		Tenant:             cmd.Tenant,
+		Reason:             reason,
+		Detail:             detail,
+		DuplicateOf:        duplicateOf,
+		Request:            cmd.Request,
+		IdempotencyKeyHash: cmd.KeyHash,
+		RequestFingerprint: cmd.Fingerprint,
+		AcceptedAt:         cmd.AcceptedAt.UTC(),
+		RejectedAt:         now.UTC(),
+	})
+	return events.KindRejected, mustJSON(e)
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil { // plain data: cannot happen
+		panic(err)
+	}
+	return b
+}

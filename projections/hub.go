@@ -1,0 +1,207 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Hub follows ORDER_RESULTS and ORDERS with one watch each (one server consumer
+// per bucket and process, whatever the number of waiters) and fans every update
+// out to the requests waiting for that key. It also keeps the most recently
+// completed results in memory, so that replays of fresh keys cost no round trip.
+//
+// A completed result never changes until it expires, so a cached one is as good
+// as a stored one while Stored+TTL lies in the future.
+type Hub struct {
+	store   *Store
+	logger  *slog.Logger
+	results fanout[Result]
+	orders  fanout[Order]
+	cache   *lru.Cache[string, Result]
+
+	stop func()
+	done sync.WaitGroup
+}
+
+// NewHub returns a hub over store that caches up to cacheSize completed results
+// (0 disables the cache).
+func NewHub(store *Store, cacheSize int, logger *slog.Logger) (*Hub, error) {
+	h := &Hub{store: store, logger: logger.With("component", "hub")}
+	if cacheSize > 0 {
+		c, err := lru.New[string, Result](cacheSize)
+		if err != nil {
+			return nil, err
+		}
+		h.cache = c
+	}
+	return h, nil
+}
+
+// Start opens the watches. Every update stored after Start returns reaches the
+// waiters registered at that time. Stop ends them.
+func (h *Hub) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rw, err := h.store.results.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		cancel()
+		return fmt.Errorf("watch %s: %w", h.store.results.Bucket(), err)
+	}
+	ow, err := h.store.orders.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		cancel()
+		_ = rw.Stop()
+		return fmt.Errorf("watch %s: %w", h.store.orders.Bucket(), err)
+	}
+	h.stop = func() {
+		cancel()
+		_ = rw.Stop()
+		_ = ow.Stop()
+	}
+	h.done.Add(2)
+	go h.follow(rw, func(e jetstream.KeyValueEntry) {
+		r, err := DecodeResult(e.Value())
+		if err != nil {
+			h.logger.Error("undecodable result", "key", e.Key(), "err", err)
+			return
+		}
+		r.Stored = e.Created()
+		if r.Completed() {
+			h.Remember(e.Key(), r)
+		} else if h.cache != nil {
+			h.cache.Remove(e.Key())
+		}
+		h.results.publish(e.Key(), r)
+	})
+	go h.follow(ow, func(e jetstream.KeyValueEntry) {
+		o, err := DecodeOrder(e.Value())
+		if err != nil {
+			h.logger.Error("undecodable order", "key", e.Key(), "err", err)
+			return
+		}
+		h.orders.publish(e.Key(), o)
+	})
+	return nil
+}
+
+func (h *Hub) follow(w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry)) {
+	defer h.done.Done()
+	for e := range w.Updates() {
+		if e != nil {
+			apply(e)
+		}
+	}
+}
+
+// Stop ends the watches and waits for their goroutines.
+func (h *Hub) Stop() {
+	if h.stop != nil {
+		h.stop()
+		h.done.Wait()
+	}
+}
+
+// CachedResult returns the cached completed result of key, if it is still live.
+func (h *Hub) CachedResult(key string) (Result, bool) {
+	if h.cache == nil {
+		return Result{}, false
+	}
+	r, ok := h.cache.Get(key)
+	if !ok {
+		return Result{}, false
+	}
+	if ttl := h.store.resultTTL; ttl > 0 && time.Since(r.Stored) >= ttl {
+		h.cache.Remove(key)
+		return Result{}, false
+	}
+	return r, true
+}
+
+// Remember caches a completed result read from the bucket.
+func (h *Hub) Remember(key string, r Result) {
+	if h.cache != nil && r.Completed() {
+		h.cache.Add(key, r)
+	}
+}
+
+// WatchResult registers a waiter for updates of key in ORDER_RESULTS. Close it
+// when done.
+func (h *Hub) WatchResult(key string) *Sub[Result] { return h.results.subscribe(key) }
+
+// WatchOrder registers a waiter for updates of orderID in ORDERS. Close it when
+// done.
+func (h *Hub) WatchOrder(orderID string) *Sub[Order] { return h.orders.subscribe(orderID) }
+
+// Waiters is the number of registered waiters, for metrics.
+func (h *Hub) Waiters() int { return h.results.count() + h.orders.count() }
+
+// Sub receives the updates of one key. C holds the latest update not yet read:
+// a waiter that is slow misses intermediate values, never the last one.
+type Sub[V any] struct {
+	C   chan V
+	key string
+	f   *fanout[V]
+}
+
+// Close unregisters the waiter.
+func (s *Sub[V]) Close() { s.f.unsubscribe(s) }
+
+type fanout[V any] struct {
+	mu   sync.Mutex
+	subs map[string][]*Sub[V]
+	n    int
+}
+
+func (f *fanout[V]) subscribe(key string) *Sub[V] {
+	s := &Sub[V]{C: make(chan V, 1), key: key, f: f}
+	f.mu.Lock()
+	if f.subs == nil {
+		f.subs = make(map[string][]*Sub[V])
+	}
+	f.subs[key] = append(f.subs[key], s)
+	f.n++
+	f.mu.Unlock()
+	return s
+}
+
+func (f *fanout[V]) unsubscribe(s *Sub[V]) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	list := f.subs[s.key]
+	for i, x := range list {
+		if x == s {
+			list[i] = list[len(list)-1]
+			list = list[:len(list)-1]
+			f.n--
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(f.subs, s.key)
+	} else {
+		f.subs[s.key] = list
+	}
+}
+
+func (f *fanout[V]) publish(key string, v V) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.subs[key] {
+		select { // keep only the latest value
+		case <-s.C:
+		default:
+		}
+		s.C <- v
+	}
+}
+
+func (f *fanout[V]) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}

@@ -1,0 +1,121 @@
+package projections
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// State is the state of a key in ORDER_RESULTS.
+type State string
+
+const (
+	// StatePending: a processor claimed the key for OrderID; no decision is stored yet.
+	StatePending State = "pending"
+	// StateCompleted: the response for the key is stored and every retry gets it.
+	StateCompleted State = "completed"
+)
+
+// Result is the value of a key in ORDER_RESULTS: first the claim a processor
+// writes (StatePending), then the response the projector stores (StateCompleted).
+// Its encoding is a JSON header line followed by the response body, byte for
+// byte, so that a replay sends exactly the stored bytes.
+type Result struct {
+	// State is pending or completed.
+	State State `json:"state"`
+	// OrderID is the order the key belongs to.
+	OrderID string `json:"order_id"`
+	// Fingerprint is the request fingerprint of that order.
+	Fingerprint string `json:"fingerprint"`
+	// Status is the HTTP status of the stored response (completed only).
+	Status int `json:"status,omitempty"`
+	// Location is the Location header of the stored response.
+	Location string `json:"location,omitempty"`
+	// ContentType is the Content-Type header of the stored response.
+	ContentType string `json:"content_type,omitempty"`
+	// Body is the stored response body.
+	Body []byte `json:"-"`
+	// Stored is when this value was stored; set when read from the bucket.
+	Stored time.Time `json:"-"`
+}
+
+// Completed reports whether r holds a stored response.
+func (r Result) Completed() bool { return r.State == StateCompleted }
+
+// Encode is the bucket value of r.
+func (r Result) Encode() []byte { return encodeRecord(r, r.Body) }
+
+// DecodeResult decodes a bucket value.
+func DecodeResult(b []byte) (Result, error) {
+	var r Result
+	body, err := decodeRecord(b, &r)
+	if err != nil {
+		return Result{}, fmt.Errorf("result record: %w", err)
+	}
+	if r.State != StatePending && r.State != StateCompleted {
+		return Result{}, fmt.Errorf("result record: unknown state %q", r.State)
+	}
+	r.Body = body
+	return r, nil
+}
+
+// OrderStatus is the status of an order as GET /v1/orders/{id} shows it.
+type OrderStatus string
+
+const (
+	// StatusPending: accepted, not decided yet.
+	StatusPending OrderStatus = "pending"
+	// StatusCreated: the order was created.
+	StatusCreated OrderStatus = "created"
+	// StatusRejected: the order was rejected.
+	StatusRejected OrderStatus = "rejected"
+)
+
+// Order is the value of a key in ORDERS: who owns the order, its status, and
+// its JSON representation as GET /v1/orders/{id} serves it.
+type Order struct {
+	// Tenant owns the order; other tenants do not see it.
+	Tenant string `json:"tenant"`
+	// Status is created or rejected (pending orders are not in the bucket).
+	Status OrderStatus `json:"status"`
+	// Body is the JSON representation of the order.
+	Body []byte `json:"-"`
+}
+
+// Encode is the bucket value of o.
+func (o Order) Encode() []byte { return encodeRecord(o, o.Body) }
+
+// DecodeOrder decodes a bucket value.
+func DecodeOrder(b []byte) (Order, error) {
+	var o Order
+	body, err := decodeRecord(b, &o)
+	if err != nil {
+		return Order{}, fmt.Errorf("order record: %w", err)
+	}
+	o.Body = body
+	return o, nil
+}
+
+func encodeRecord(header any, body []byte) []byte {
+	h, err := json.Marshal(header)
+	if err != nil { // only strings and ints: cannot happen
+		panic(err)
+	}
+	out := make([]byte, 0, len(h)+1+len(body))
+	out = append(out, h...)
+	out = append(out, '\n')
+	return append(out, body...)
+}
+
+func decodeRecord(b []byte, header any) (body []byte, err error) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return nil, errors.New("no header line")
+	}
+	if err := json.Unmarshal(b[:i], header); err != nil {
+		return nil, err
+	}
+	return b[i+1:], nil
+}
