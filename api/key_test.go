@@ -1,0 +1,112 @@
+package api
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/orderly-dev/orderly/internal/problem"
+)
+
+func TestParseIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		values []string
+		want   string
+		code   string
+	}{
+		{"bare", []string{"7c9e6679-7425-40de-944b-e07fc1f90ae7"}, "7c9e6679-7425-40de-944b-e07fc1f90ae7", ""},
+		{"quoted", []string{`"7c9e6679-7425-40de-944b-e07fc1f90ae7"`}, "7c9e6679-7425-40de-944b-e07fc1f90ae7", ""},
+		{"quoted with escapes", []string{`"a\"b\\c"`}, `a"b\c`, ""},
+		{"outer white space", []string{"  abc\t"}, "abc", ""},
+		{"all visible ASCII", []string{"!#$%&'()*+-./:;<=>?@[]^_`{|}~"}, "!#$%&'()*+-./:;<=>?@[]^_`{|}~", ""},
+		{"one character", []string{"x"}, "x", ""},
+		{"255 characters", []string{strings.Repeat("a", 255)}, strings.Repeat("a", 255), ""},
+		{"255 quoted", []string{`"` + strings.Repeat("a", 255) + `"`}, strings.Repeat("a", 255), ""},
+		{"no field", nil, "", problem.CodeKeyMissing},
+		{"empty", []string{""}, "", problem.CodeKeyMissing},
+		{"blank", []string{"   "}, "", problem.CodeKeyMissing},
+		{"empty quoted", []string{`""`}, "", problem.CodeKeyMissing},
+		{"two fields", []string{"a", "b"}, "", problem.CodeKeyInvalid},
+		{"two equal fields", []string{"a", "a"}, "", problem.CodeKeyInvalid},
+		{"256 characters", []string{strings.Repeat("a", 256)}, "", problem.CodeKeyInvalid},
+		{"256 quoted", []string{`"` + strings.Repeat("a", 256) + `"`}, "", problem.CodeKeyInvalid},
+		{"inner space bare", []string{"a b"}, "", problem.CodeKeyInvalid},
+		{"inner space quoted", []string{`"a b"`}, "", problem.CodeKeyInvalid},
+		{"control character", []string{"a\x01b"}, "", problem.CodeKeyInvalid},
+		{"non-ASCII", []string{"clé"}, "", problem.CodeKeyInvalid},
+		{"non-ASCII quoted", []string{`"clé"`}, "", problem.CodeKeyInvalid},
+		{"unterminated", []string{`"abc`}, "", problem.CodeKeyInvalid},
+		{"junk after quote", []string{`"abc"x`}, "", problem.CodeKeyInvalid},
+		{"parameters", []string{`"abc";p=1`}, "", problem.CodeKeyInvalid},
+		{"list of two", []string{`"a", "b"`}, "", problem.CodeKeyInvalid},
+		{"bare comma", []string{"a,b"}, "", problem.CodeKeyInvalid},
+		{"bad escape", []string{`"a\nb"`}, "", problem.CodeKeyInvalid},
+		{"trailing backslash", []string{`"a\"`}, "", problem.CodeKeyInvalid},
+		{"lone quote", []string{`"`}, "", problem.CodeKeyInvalid},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseIdempotencyKey(tc.values)
+			if tc.code != "" {
+				if err == nil || err.Code != tc.code {
+					t.Fatalf("ParseIdempotencyKey(%q) = %q, %v; want error %s", tc.values, got, err, tc.code)
+				}
+				if err.Detail == "" {
+					t.Fatal("an error needs a detail")
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ParseIdempotencyKey(%q) = %q, %v; want %q", tc.values, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestKeyHashScopesByTenant(t *testing.T) {
+	t.Parallel()
+	if KeyHash("a", "k") == KeyHash("b", "k") {
+		t.Fatal("same hash for two tenants")
+	}
+	// The separator keeps ("ab", "c") and ("a", "bc") apart.
+	if KeyHash("ab", "c") == KeyHash("a", "bc") {
+		t.Fatal("tenant and key are not separated")
+	}
+	h := KeyHash("default", strings.Repeat("~", 255))
+	if len(h) != 43 || strings.ContainsAny(h, "+/=.") {
+		t.Fatalf("hash %q is not a 43-character base64url token", h)
+	}
+}
+
+// FuzzParseIdempotencyKey checks, for any header value, that the parser never
+// panics, that an accepted key is 1-255 visible ASCII characters, and that the
+// quoted form of an accepted key parses to the same key.
+func FuzzParseIdempotencyKey(f *testing.F) {
+	for _, s := range []string{"abc", `"abc"`, `"a\"b"`, `"`, `""`, "a,b", `"a\\"`, "\x00", "clé", strings.Repeat("z", 256)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		key, err := ParseIdempotencyKey([]string{v})
+		if err != nil {
+			if err.Code != problem.CodeKeyMissing && err.Code != problem.CodeKeyInvalid {
+				t.Fatalf("unexpected code %q", err.Code)
+			}
+			return
+		}
+		if len(key) < 1 || len(key) > MaxKeyLength {
+			t.Fatalf("accepted key of length %d", len(key))
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] < 0x21 || key[i] > 0x7e {
+				t.Fatalf("accepted byte 0x%02x", key[i])
+			}
+		}
+		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
+		again, err := ParseIdempotencyKey([]string{quoted})
+		if err != nil || again != key {
+			t.Fatalf("quoted form %q of accepted key %q parses to %q, %v", quoted, key, again, err)
+		}
+	})
+}

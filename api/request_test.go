@@ -1,0 +1,121 @@
+package api
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/orderly-dev/orderly/events"
+)
+
+func TestDecodeOrderValid(t *testing.T) {
+	t.Parallel()
+	req, errs := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}],"total":4990}`))
+	if errs != nil {
+		t.Fatalf("errors: %v", errs)
+	}
+	if req.CustomerID != "c-42" || req.Currency != "EUR" || len(req.Items) != 1 || req.Items[0] != (events.Item{SKU: "SKU-1", Quantity: 2, UnitPrice: 2495}) ||
+		req.Total == nil || *req.Total != 4990 {
+		t.Fatalf("decoded %+v", req)
+	}
+	noTotal, errs := DecodeOrder([]byte(`{"customer_id":"c","currency":"USD","items":[{"sku":"x","quantity":1,"unit_price":0}],"total":null}`))
+	if errs != nil || noTotal.Total != nil {
+		t.Fatalf("null total: %+v %v", noTotal, errs)
+	}
+}
+
+func TestDecodeOrderErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		body   string
+		fields []string
+	}{
+		{"malformed", `{"customer_id":`, []string{""}},
+		{"trailing data", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]} {}`, []string{""}},
+		{"array", `[]`, []string{""}},
+		{"null", `null`, []string{""}},
+		{"empty object", `{}`, []string{"customer_id", "currency", "items"}},
+		{"wrong types", `{"customer_id":1,"currency":true,"items":{},"total":"5"}`, []string{"customer_id", "currency", "items", "total"}},
+		{"case matters", `{"Customer_ID":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"Customer_ID", "customer_id"}},
+		{"bad items", `{"customer_id":"c","currency":"EUR","items":[{"sku":"","quantity":0,"unit_price":-1,"color":"red"},null,{"sku":"y","quantity":1e2,"unit_price":1.5}]}`,
+			[]string{"items[0].color", "items[0].sku", "items[0].quantity", "items[0].unit_price", "items[1]", "items[2].quantity", "items[2].unit_price"}},
+		{"no items", `{"customer_id":"c","currency":"EUR","items":[]}`, []string{"items"}},
+		{"lower-case currency", `{"customer_id":"c","currency":"eur","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"currency"}},
+		{"negative total", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":-1}`, []string{"total"}},
+		{"control character", `{"customer_id":"c\u0000","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
+		{"overflow", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":9223372036854775807,"unit_price":2}]}`, []string{"items"}},
+		{"out of range", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":99999999999999999999,"unit_price":2}]}`, []string{"items[0].quantity"}},
+		{"long customer", `{"customer_id":"` + strings.Repeat("c", MaxCustomerIDLen+1) + `","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, errs := DecodeOrder([]byte(tc.body))
+			var got []string
+			for _, e := range errs {
+				if e.Reason == "" {
+					t.Errorf("field %q without a reason", e.Field)
+				}
+				got = append(got, e.Field)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.fields, ",") {
+				t.Fatalf("fields with errors = %q, want %q (%v)", got, tc.fields, errs)
+			}
+		})
+	}
+}
+
+func TestFingerprintIsCanonical(t *testing.T) {
+	t.Parallel()
+	a, _ := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}],"total":4990}`))
+	b, _ := DecodeOrder([]byte("{\n  \"total\" : 4990,\n  \"items\":[ { \"unit_price\":2495, \"sku\":\"SKU-1\", \"quantity\":2 } ],\n  \"currency\":\"EUR\", \"customer_id\":\"c-42\"\n}"))
+	c, _ := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}]}`))
+	d, _ := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":3,"unit_price":2495}],"total":4990}`))
+	if Fingerprint(a) != Fingerprint(b) {
+		t.Fatal("key order and white space changed the fingerprint")
+	}
+	if Fingerprint(a) == Fingerprint(c) || Fingerprint(a) == Fingerprint(d) {
+		t.Fatal("different requests have the same fingerprint")
+	}
+}
+
+// FuzzDecodeOrder checks, for any body, that the decoder never panics, that it
+// either returns errors or a valid order, and that a decoded order survives a
+// round trip through its canonical form with the same fingerprint.
+func FuzzDecodeOrder(f *testing.F) {
+	for _, s := range []string{
+		`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}],"total":4990}`,
+		`{"customer_id":"c","currency":"USD","items":[{"sku":"x","quantity":1,"unit_price":0}],"total":null}`,
+		`{"customer_id":"\u00e9","currency":"EUR","items":[{"sku":"\ud83d\ude00","quantity":1,"unit_price":1}]}`,
+		`{"customer_id":1}`, `[]`, `null`, `{`, `{"items":[null]}`, `{"total":1e400}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, errs := DecodeOrder(body)
+		if errs != nil {
+			if len(errs) == 0 {
+				t.Fatal("empty error list")
+			}
+			return
+		}
+		if req.CustomerID == "" || len(req.Currency) != 3 || len(req.Items) == 0 {
+			t.Fatalf("accepted an invalid order %+v", req)
+		}
+		if _, err := req.Sum(); err != nil {
+			t.Fatalf("accepted an order whose sum fails: %v", err)
+		}
+		canonical, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, errs := DecodeOrder(canonical)
+		if errs != nil {
+			t.Fatalf("canonical form %s does not decode: %v", canonical, errs)
+		}
+		if Fingerprint(again) != Fingerprint(req) {
+			t.Fatalf("fingerprint changed over the canonical round trip: %s", canonical)
+		}
+	})
+}

@@ -1,0 +1,232 @@
+// Package orderlytest starts real orderly processes (with a real embedded NATS
+// server) for tests, and holds the HTTP and stream helpers the tests share.
+package orderlytest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/server"
+)
+
+// Logger is the logger of test processes: silent unless ORDERLY_TEST_LOG is set.
+func Logger() *slog.Logger {
+	if os.Getenv("ORDERLY_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// Config is a server configuration for tests: a fresh data dir, free ports, an
+// embedded NATS reachable over TCP (so tests can inspect the streams).
+func Config(t testing.TB) server.Config {
+	cfg := server.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.NATSListen = "127.0.0.1:-1"
+	cfg.Processor.Concurrency = 8
+	cfg.ProjectorConcurrency = 4
+	cfg.ShutdownTimeout = 20 * time.Second
+	return cfg
+}
+
+// Instance is a running orderly.
+type Instance struct {
+	*server.Server
+	// URL is the API's base URL, such as http://127.0.0.1:40123.
+	URL string
+	Cfg server.Config
+}
+
+// Start starts orderly with cfg and stops it when the test ends.
+func Start(t testing.TB, cfg server.Config) *Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := server.Start(ctx, cfg, Logger())
+	if err != nil {
+		t.Fatalf("start orderly: %v", err)
+	}
+	inst := &Instance{Server: s, URL: "http://" + s.HTTPAddr(), Cfg: cfg}
+	t.Cleanup(func() { inst.Stop(t) })
+	return inst
+}
+
+// Stop shuts the instance down gracefully (again is a no-op).
+func (i *Instance) Stop(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := i.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}
+
+// JetStream connects to the instance's embedded NATS for inspection.
+func (i *Instance) JetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	url := i.NATSURL()
+	if url == "" {
+		url = i.Cfg.NATSURL
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect to NATS: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// Response is a read HTTP response.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Problem decodes an RFC 9457 body.
+func (r Response) Problem(t testing.TB) map[string]any {
+	t.Helper()
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, want application/problem+json; body %s", ct, r.Body)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(r.Body, &p); err != nil {
+		t.Fatalf("problem body %q: %v", r.Body, err)
+	}
+	return p
+}
+
+// JSON decodes the body into a map.
+func (r Response) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("body %q: %v", r.Body, err)
+	}
+	return m
+}
+
+// Client is a plain HTTP client with a timeout.
+var Client = &http.Client{Timeout: 60 * time.Second}
+
+// Do sends a request; header holds "Name: value" lines.
+func Do(t testing.TB, method, url string, body []byte, header ...string) Response {
+	t.Helper()
+	r, err := TryDo(method, url, body, header...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return r
+}
+
+// TryDo is Do without the test: for goroutines.
+func TryDo(method, url string, body []byte, header ...string) (Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		return Response{}, err
+	}
+	for _, h := range header {
+		name, value, _ := strings.Cut(h, ":")
+		req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	resp, err := Client.Do(req)
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return Response{}, err
+	}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+}
+
+// Order is a valid order body with the given customer.
+func Order(customer string) []byte {
+	return []byte(`{"customer_id":"` + customer + `","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}],"total":4990}`)
+}
+
+// PostOrder posts body with the key and the extra header lines.
+func (i *Instance) PostOrder(t testing.TB, key string, body []byte, header ...string) Response {
+	t.Helper()
+	h := append([]string{"Content-Type: application/json"}, header...)
+	if key != "" {
+		h = append(h, "Idempotency-Key: "+key)
+	}
+	return Do(t, http.MethodPost, i.URL+"/v1/orders", body, h...)
+}
+
+// Events returns every stored event of ORDER_EVENTS, decoded.
+func Events(t testing.TB, js jetstream.JetStream) []events.RawEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []events.RawEvent
+	for seq := uint64(1); ; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(events.EventSubjects))
+		if err != nil {
+			break
+		}
+		var ev events.RawEvent
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatalf("event %d: %v", m.Sequence, err)
+		}
+		out = append(out, ev)
+		seq = m.Sequence + 1
+	}
+	return out
+}
+
+// CreatedByKey counts the OrderCreated events per idempotency key hash.
+func CreatedByKey(t testing.TB, js jetstream.JetStream) map[string]int {
+	t.Helper()
+	n := map[string]int{}
+	for _, ev := range Events(t, js) {
+		if ev.Type != events.OrderCreatedType {
+			continue
+		}
+		var d events.OrderCreated
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		n[d.IdempotencyKeyHash]++
+	}
+	return n
+}
+
+// Eventually polls cond every 20ms until it holds or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,340 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/app"
+	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+	"github.com/orderly-dev/orderly/internal/server"
+)
+
+// TestConcurrentPostsWithOneKey sends 100 POSTs with one key at once, to two
+// API processes and two processors on one NATS: exactly one OrderCreated, and
+// every response is the 201, a replay of it, or a 409.
+func TestConcurrentPostsWithOneKey(t *testing.T) {
+	t.Parallel()
+	first := orderlytest.Start(t, orderlytest.Config(t))
+	cfg := orderlytest.Config(t)
+	cfg.NATSURL = first.NATSURL()
+	second := orderlytest.Start(t, cfg) // API, processor and projector sharing the first's NATS
+	js := first.JetStream(t)
+
+	const n = 100
+	var wg sync.WaitGroup
+	responses := make([]orderlytest.Response, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		inst := first
+		if i%2 == 1 {
+			inst = second
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			responses[i], errs[i] = orderlytest.TryDo(http.MethodPost, inst.URL+"/v1/orders", orderlytest.Order("c-1"),
+				"Content-Type: application/json", "Idempotency-Key: one-key")
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	var created []orderlytest.Response
+	var replays, conflicts int
+	for i, r := range responses {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		switch {
+		case r.Status == http.StatusCreated && r.Header.Get("Idempotent-Replayed") == "":
+			created = append(created, r)
+		case r.Status == http.StatusCreated:
+			replays++
+		case r.Status == http.StatusConflict && r.Problem(t)["code"] == "idempotency_key_in_use":
+			conflicts++
+		default:
+			t.Fatalf("request %d: unexpected %d %s", i, r.Status, r.Body)
+		}
+	}
+	if len(created) != 1 {
+		t.Fatalf("%d first-time 201s, want exactly 1 (%d replays, %d conflicts)", len(created), replays, conflicts)
+	}
+	for i, r := range responses {
+		if r.Status == http.StatusCreated && !bytes.Equal(r.Body, created[0].Body) {
+			t.Fatalf("response %d differs from the 201: %s vs %s", i, r.Body, created[0].Body)
+		}
+	}
+	counts := orderlytest.CreatedByKey(t, js)
+	if len(counts) != 1 || counts[api.KeyHash(api.DefaultTenant, "one-key")] != 1 {
+		t.Fatalf("OrderCreated per key = %v, want exactly one", counts)
+	}
+	t.Logf("1 created, %d replays, %d conflicts", replays, conflicts)
+}
+
+// TestSameKeyAfterDuplicateWindow: with a 1s window, a retry after the window
+// still makes no second order; neither does a command that bypasses the API's
+// check and the broker's window (the processor's claim stops it).
+func TestSameKeyAfterDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Topology.DedupWindow = time.Second
+	cfg.Topology.ResultTTL = time.Hour
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+
+	first := inst.PostOrder(t, "window-1", orderlytest.Order("c-1"))
+	if first.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s", first.Status, first.Body)
+	}
+	time.Sleep(1500 * time.Millisecond) // let the duplicate window pass
+	retry := inst.PostOrder(t, "window-1", orderlytest.Order("c-1"))
+	if retry.Status != http.StatusCreated || !bytes.Equal(retry.Body, first.Body) || retry.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry after the window: %d %s", retry.Status, retry.Body)
+	}
+
+	// Layer 2 alone: commands for the same key published straight to the stream,
+	// after the window, with new order IDs. The processor's claim turns them into
+	// rejections that name the holder, never into a second OrderCreated.
+	holder := first.JSON(t)["id"].(string)
+	same := publishCommand(t, js, "window-1", api.Fingerprint(decode(t, orderlytest.Order("c-1"))), orderlytest.Order("c-1"))
+	time.Sleep(1500 * time.Millisecond) // the broker remembers the msg ID of that one for a window
+	other := publishCommand(t, js, "window-1", api.Fingerprint(decode(t, orderlytest.Order("c-2"))), orderlytest.Order("c-2"))
+	for id, reason := range map[string]string{same: events.ReasonDuplicate, other: events.ReasonKeyReused} {
+		var got map[string]any
+		orderlytest.Eventually(t, 10*time.Second, "rejection of "+id, func() bool {
+			r := orderlytest.Do(t, http.MethodGet, inst.URL+"/v1/orders/"+id, nil)
+			got = r.JSON(t)
+			return got["status"] == "rejected"
+		})
+		rej := got["rejection"].(map[string]any)
+		if rej["reason"] != reason || rej["duplicate_of"] != holder {
+			t.Fatalf("order %s: rejection %v, want %s naming %s", id, rej, reason, holder)
+		}
+	}
+	counts := orderlytest.CreatedByKey(t, js)
+	if counts[api.KeyHash(api.DefaultTenant, "window-1")] != 1 {
+		t.Fatalf("OrderCreated for the key: %d, want 1", counts[api.KeyHash(api.DefaultTenant, "window-1")])
+	}
+	// The key still answers with the holder's response.
+	again := inst.PostOrder(t, "window-1", orderlytest.Order("c-1"))
+	if !bytes.Equal(again.Body, first.Body) {
+		t.Fatalf("the key's answer changed: %s", again.Body)
+	}
+}
+
+func decode(t *testing.T, body []byte) events.OrderRequest {
+	t.Helper()
+	req, errs := api.DecodeOrder(body)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	return req
+}
+
+// publishCommand stores a CreateOrder for key with a fresh order ID, bypassing
+// the API, and returns the order ID.
+func publishCommand(t *testing.T, js jetstream.JetStream, key, fingerprint string, body []byte) string {
+	t.Helper()
+	id := app.NewOrderID()
+	cmd := events.CreateOrder{
+		Type: events.CreateOrderType, OrderID: id, Tenant: api.DefaultTenant,
+		KeyHash: api.KeyHash(api.DefaultTenant, key), Fingerprint: fingerprint,
+		AcceptedAt: time.Now(), Request: decode(t, body),
+	}
+	data, _ := json.Marshal(cmd)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.CommandSubject(id), Data: data,
+		Header: nats.Header{jetstream.MsgIDHeader: []string{cmd.KeyHash}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Duplicate {
+		t.Fatal("the broker still counted the key as a duplicate: the window has not passed")
+	}
+	return id
+}
+
+// TestSameKeyAfterResultTTL: once the result has expired the key is free and
+// makes a new order.
+func TestSameKeyAfterResultTTL(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Topology.DedupWindow = time.Second
+	cfg.Topology.ResultTTL = 2 * time.Second
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+
+	first := inst.PostOrder(t, "ttl-1", orderlytest.Order("c-1"))
+	if first.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s", first.Status, first.Body)
+	}
+	kv, err := js.KeyValue(context.Background(), events.ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orderlytest.Eventually(t, 15*time.Second, "the result to expire", func() bool {
+		_, err := kv.Get(context.Background(), api.KeyHash(api.DefaultTenant, "ttl-1"))
+		return err != nil
+	})
+	second := inst.PostOrder(t, "ttl-1", orderlytest.Order("c-1"))
+	if second.Status != http.StatusCreated || second.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("after the TTL: %d %v %s, want a new 201", second.Status, second.Header, second.Body)
+	}
+	if second.JSON(t)["id"] == first.JSON(t)["id"] {
+		t.Fatal("after the TTL the key made no new order")
+	}
+	if n := orderlytest.CreatedByKey(t, js)[api.KeyHash(api.DefaultTenant, "ttl-1")]; n != 2 {
+		t.Fatalf("%d orders for the key, want 2", n)
+	}
+}
+
+// TestRestartKeepsResults: results and orders survive a restart of serve on the
+// same data dir, and replays stay byte-identical.
+func TestRestartKeepsResults(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	inst := orderlytest.Start(t, cfg)
+	type stored struct {
+		status int
+		body   []byte
+		loc    string
+	}
+	want := map[string]stored{}
+	for i := 0; i < 20; i++ {
+		key := "restart-" + strconv.Itoa(i)
+		body := orderlytest.Order("c-" + strconv.Itoa(i))
+		if i%5 == 0 {
+			body = []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":2}`)
+		}
+		r := inst.PostOrder(t, key, body)
+		if r.Status != http.StatusCreated && r.Status != http.StatusUnprocessableEntity {
+			t.Fatalf("%s: %d %s", key, r.Status, r.Body)
+		}
+		want[key] = stored{r.Status, r.Body, r.Header.Get("Location")}
+	}
+	inst.Stop(t)
+
+	again := orderlytest.Start(t, cfg) // same data dir, new ports
+	for i := 0; i < 20; i++ {
+		key := "restart-" + strconv.Itoa(i)
+		body := orderlytest.Order("c-" + strconv.Itoa(i))
+		if i%5 == 0 {
+			body = []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":2}`)
+		}
+		r := again.PostOrder(t, key, body)
+		w := want[key]
+		if r.Status != w.status || !bytes.Equal(r.Body, w.body) || r.Header.Get("Location") != w.loc || r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("%s after restart: %d %s, want replay of %d %s", key, r.Status, r.Body, w.status, w.body)
+		}
+		g := orderlytest.Do(t, http.MethodGet, again.URL+w.loc, nil)
+		if g.Status != http.StatusOK {
+			t.Fatalf("GET %s after restart: %d", w.loc, g.Status)
+		}
+	}
+	if n := len(orderlytest.Events(t, again.JetStream(t))); n != 20 {
+		t.Fatalf("%d events after restart, want 20", n)
+	}
+}
+
+// TestNATSUnavailable: with NATS gone the API answers 503 with Retry-After
+// quickly; once NATS is back everything works without a restart, and the retry
+// with the same key makes exactly one order.
+func TestNATSUnavailable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	port := freePort(t)
+	startNATS := func() func() {
+		ns, err := natsx.StartEmbedded(context.Background(), natsx.EmbeddedConfig{
+			ServerName: "ext", StoreDir: dir, Listen: "127.0.0.1:" + strconv.Itoa(port), Fsync: natsx.Fsync{Interval: time.Second},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { ns.Shutdown(); ns.WaitForShutdown() }
+	}
+	stop := startNATS()
+	cfg := orderlytest.Config(t)
+	cfg.NATSURL = "nats://127.0.0.1:" + strconv.Itoa(port)
+	cfg.RequestTimeout = 500 * time.Millisecond
+	inst := orderlytest.Start(t, cfg)
+	if r := inst.PostOrder(t, "before", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
+		t.Fatalf("before the outage: %d %s", r.Status, r.Body)
+	}
+
+	stop()
+	begin := time.Now()
+	r := inst.PostOrder(t, "during", orderlytest.Order("c-1"))
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || r.Problem(t)["code"] != "service_unavailable" {
+		t.Fatalf("during the outage: %d %v %s", r.Status, r.Header, r.Body)
+	}
+	if el := time.Since(begin); el > 3*time.Second {
+		t.Fatalf("503 took %s; it must come quickly", el)
+	}
+	if g := orderlytest.Do(t, http.MethodGet, inst.URL+"/readyz", nil); g.Status != http.StatusServiceUnavailable {
+		t.Fatalf("readyz during the outage: %d", g.Status)
+	}
+
+	stop = startNATS()
+	t.Cleanup(stop)
+	orderlytest.Eventually(t, 20*time.Second, "readiness after NATS is back", func() bool {
+		return orderlytest.Do(t, http.MethodGet, inst.URL+"/readyz", nil).Status == http.StatusOK
+	})
+	var after orderlytest.Response
+	orderlytest.Eventually(t, 20*time.Second, "a 201 after NATS is back", func() bool {
+		after = inst.PostOrder(t, "during", orderlytest.Order("c-1"))
+		return after.Status == http.StatusCreated
+	})
+	if n := orderlytest.CreatedByKey(t, inst.JetStream(t))[api.KeyHash(api.DefaultTenant, "during")]; n != 1 {
+		t.Fatalf("%d orders for the retried key, want 1", n)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestConfigValidation lists every problem at once.
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	none := server.DefaultConfig()
+	none.Roles = server.Roles{}
+	if err := none.Validate(); err == nil || !bytes.Contains([]byte(err.Error()), []byte("no role")) {
+		t.Fatalf("no roles: %v", err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.Topology.DedupWindow = time.Hour
+	cfg.Topology.ResultTTL = time.Minute
+	cfg.API.BodyLimit = 10
+	cfg.Processor.Concurrency = 0
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, want := range []string{"result TTL", "body limit", "processor concurrency"} {
+		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
