@@ -210,6 +210,10 @@ func (h *handlers) writeError(c *gin.Context, err error) {
 		writeProblem(c, p)
 	case errors.Is(err, app.ErrNotFound):
 		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Order not found", "no order with this id"))
+	case errors.Is(err, app.ErrUnavailable) && c.Request.Context().Err() != nil:
+		// The client went away; nobody reads this answer.
+		h.logger.Debug("request abandoned by the client", "err", err)
+		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "Client closed request", "the client went away"))
 	case errors.Is(err, app.ErrUnavailable):
 		h.logger.Warn("order store unavailable", "err", err)
 		c.Header("Retry-After", retryAfter)

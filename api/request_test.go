@@ -119,3 +119,30 @@ func FuzzDecodeOrder(f *testing.F) {
 		}
 	})
 }
+
+// Run: go test -run '^$' -bench 'Decode|Fingerprint|KeyHash' ./api/
+func BenchmarkDecodeOrder(b *testing.B) {
+	body := []byte(`{"customer_id":"c-bench","currency":"EUR","items":[{"sku":"SKU-00000","quantity":1,"unit_price":995},{"sku":"SKU-00001","quantity":2,"unit_price":996},{"sku":"SKU-00002","quantity":3,"unit_price":997},{"sku":"SKU-00003","quantity":1,"unit_price":998},{"sku":"SKU-00004","quantity":2,"unit_price":999},{"sku":"SKU-00005","quantity":3,"unit_price":1000},{"sku":"SKU-00006","quantity":1,"unit_price":1001},{"sku":"SKU-00007","quantity":2,"unit_price":1002},{"sku":"SKU-00008","quantity":3,"unit_price":1003}],"total":17955}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, errs := DecodeOrder(body); errs != nil {
+			b.Fatal(errs)
+		}
+	}
+}
+
+func BenchmarkFingerprint(b *testing.B) {
+	req, _ := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495},{"sku":"SKU-2","quantity":1,"unit_price":100}],"total":5090}`))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = Fingerprint(req)
+	}
+}
+
+func BenchmarkKeyHash(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = KeyHash("default", "7c9e6679-7425-40de-944b-e07fc1f90ae7")
+	}
+}

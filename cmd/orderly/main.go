@@ -21,7 +21,8 @@ gets the same status and the same body, never a second order. Orders flow
 through NATS JetStream: the API publishes a CreateOrder command, a processor
 decides OrderCreated or OrderRejected, and projections answer the retries.
 
-Start here:  orderly serve     (embedded NATS, data under ./data)
+Start here: orderly serve (embedded NATS, data under ./data).
+
 Every flag can also be set with the environment variable shown beside it.`
 
 // CLI is the command line.
@@ -33,7 +34,10 @@ type CLI struct {
 	API       RoleCmd    `cmd:"" name:"api" help:"Run only the HTTP API against a NATS cluster (--nats-url)."`
 	Processor RoleCmd    `cmd:"" help:"Run only the processor (CreateOrder -> events) against a NATS cluster (--nats-url)."`
 	Projector RoleCmd    `cmd:"" help:"Run only the projector (events -> read models) against a NATS cluster (--nats-url)."`
+	Bench     BenchCmd   `cmd:"" help:"Load an orderly API over HTTP and report throughput and latency; --baseline adds the ceiling and the raw JetStream rate."`
 	Version   VersionCmd `cmd:"" help:"Print the version."`
+
+	BenchCeilingServer CeilingServerCmd `cmd:"" name:"bench-ceiling-server" hidden:"" help:"Serve the bare gin ceiling handler (used by bench --baseline)."`
 }
 
 // globals is what every command's Run receives.

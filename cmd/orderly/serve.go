@@ -33,6 +33,7 @@ type OrderFlags struct {
 	BodyLimit        int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
 	TokensFile       string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant."`
 	ResultCache      int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"65536" help:"How many completed results the API keeps in memory for replays."`
+	PprofAddr        string        `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof) on this address, such as 127.0.0.1:6060; empty: off."`
 	Concurrency      int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"32" help:"Commands one processor handles at once."`
 	ProjConcurrency  int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"16" help:"Events one projector handles at once."`
 }
@@ -43,7 +44,7 @@ type ServeCmd struct {
 	OrderFlags
 	DataDir    string `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data."`
 	NATSListen string `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services; empty: in-process only."`
-	Fsync      string `name:"fsync" env:"ORDERLY_FSYNC" default:"always" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002."`
+	Fsync      string `name:"fsync" env:"ORDERLY_FSYNC" default:"1s" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002."`
 }
 
 // Run runs orderly serve.
@@ -102,6 +103,7 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	cfg.API.MaxWait = c.MaxWait
 	cfg.API.BodyLimit = c.BodyLimit
 	cfg.ResultCache = c.ResultCache
+	cfg.PprofAddr = c.PprofAddr
 	cfg.Processor.Concurrency = c.Concurrency
 	cfg.ProjectorConcurrency = c.ProjConcurrency
 	if c.TokensFile != "" {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync"
@@ -30,6 +31,7 @@ import (
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/internal/streams"
 	"github.com/orderly-dev/orderly/internal/wm"
 	"github.com/orderly-dev/orderly/processor"
 	"github.com/orderly-dev/orderly/projections"
@@ -75,6 +77,8 @@ type Config struct {
 	ProjectorConcurrency int
 	// ShutdownTimeout bounds Shutdown.
 	ShutdownTimeout time.Duration
+	// PprofAddr, when set, serves net/http/pprof there (never on the API's port).
+	PprofAddr string
 }
 
 // DefaultConfig is the configuration of orderly serve.
@@ -140,6 +144,7 @@ type Server struct {
 	svc      *app.Service
 	http     *http.Server
 	httpLn   net.Listener
+	pprof    *http.Server
 	routers  []router
 	registry *prometheus.Registry
 
@@ -169,6 +174,11 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		}
 	}()
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.PprofAddr != "" {
+		if err := s.startPprof(cfg.PprofAddr); err != nil {
+			return nil, err
+		}
+	}
 
 	if cfg.NATSURL == "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -316,7 +326,7 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, store *pr
 		Name: "orderly_waiters",
 		Help: "Requests waiting for a decision (POST) or a change (GET ?wait=).",
 	}, func() float64 { return float64(hub.Waiters()) }))
-	log, err := natsx.OpenLog(ctx, js)
+	log, err := streams.OpenLog(ctx, js)
 	if err != nil {
 		return err
 	}
@@ -347,6 +357,24 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, store *pr
 		}
 	}()
 	s.logger.Info("HTTP API listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// startPprof serves the profiling endpoints on their own listener.
+func (s *Server) startPprof(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("pprof listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.pprof.Serve(ln) }()
+	s.logger.Info("pprof listening", "addr", ln.Addr().String())
 	return nil
 }
 
@@ -439,6 +467,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 		}
 	}
 	s.wg.Wait()
+	if s.pprof != nil {
+		_ = s.pprof.Close()
+	}
 	if s.ns != nil {
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()

@@ -1,4 +1,6 @@
-package natsx
+// Package streams reads and writes ORDER_COMMANDS and ORDER_EVENTS for the API:
+// it is the NATS side of app.Commands and app.EventLog.
+package streams
 
 import (
 	"context"

@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/app"
+	"github.com/orderly-dev/orderly/projections"
+)
+
+// BaselineHandler is the ceiling orderly is measured against: a bare gin
+// handler that does the HTTP work orderly does — parse the key, check the media
+// type, read the body under the limit, decode and validate the order, compute
+// the key hash and the fingerprint — and answers 201 with the rendered order,
+// without NATS.
+func BaselineHandler() http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.POST("/v1/orders", func(c *gin.Context) {
+		key, kerr := api.ParseIdempotencyKey(c.Request.Header.Values("Idempotency-Key"))
+		if kerr != nil {
+			c.Data(http.StatusBadRequest, "application/problem+json", []byte(`{"code":"`+kerr.Code+`"}`))
+			return
+		}
+		if mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type")); err != nil || mt != "application/json" {
+			c.Data(http.StatusUnsupportedMediaType, "application/problem+json", []byte(`{"code":"unsupported_media_type"}`))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, 64<<10))
+		if err != nil {
+			c.Data(http.StatusRequestEntityTooLarge, "application/problem+json", []byte(`{"code":"request_too_large"}`))
+			return
+		}
+		req, ferrs := api.DecodeOrder(body)
+		if ferrs != nil {
+			c.Data(http.StatusBadRequest, "application/problem+json", []byte(`{"code":"invalid_request"}`))
+			return
+		}
+		_ = api.KeyHash(api.DefaultTenant, key)
+		fp := api.Fingerprint(req)
+		sum, _ := req.Sum()
+		id := app.NewOrderID()
+		now := time.Now().UTC()
+		order := projections.CreatedOrder(events.OrderCreated{
+			OrderID: id, CustomerID: req.CustomerID, Currency: req.Currency, Items: req.Items, Total: sum,
+			RequestFingerprint: fp, AcceptedAt: now, CreatedAt: now,
+		})
+		c.Header("Location", projections.OrderPath(id))
+		c.Data(http.StatusCreated, "application/json", order.Body)
+	})
+	return r
+}
+
+// PublishConfig configures the raw JetStream publish baseline.
+type PublishConfig struct {
+	// NATSURL is the server to measure (orderly's).
+	NATSURL string
+	// Connections is the number of concurrent synchronous publishers.
+	Connections int
+	// Duration of the measurement.
+	Duration time.Duration
+	// PayloadSize is the size of each message, about that of a CreateOrder.
+	PayloadSize int
+	// Replicas of the scratch stream.
+	Replicas int
+}
+
+// rawStream is the scratch stream of the publish baseline; it is deleted after.
+const rawStream = "ORDERLY_BENCH_RAW"
+
+// PublishRate measures synchronous JetStream publishes of messages the size of
+// a command, each with a unique Nats-Msg-Id, into a scratch file stream
+// configured like ORDER_COMMANDS, on the same server. This is the most a
+// process that stores one message per request and waits for its ack can do.
+func PublishRate(ctx context.Context, cfg PublishConfig) (Result, error) {
+	if cfg.Connections < 1 || cfg.Duration <= 0 {
+		return Result{}, errors.New("publish baseline: connections and duration must be positive")
+	}
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("orderly-bench"))
+	if err != nil {
+		return Result{}, fmt.Errorf("publish baseline: connect to %s: %w", cfg.NATSURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return Result{}, err
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: rawStream, Subjects: []string{"orderly.bench.raw.>"}, Storage: jetstream.FileStorage,
+		Duplicates: 2 * time.Minute, MaxAge: 10 * time.Minute, Replicas: max(cfg.Replicas, 1),
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("publish baseline: scratch stream: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = js.DeleteStream(dctx, rawStream)
+	}()
+
+	payload, _ := json.Marshal(events.CreateOrder{Type: events.CreateOrderType, Request: mustDecode(Body(cfg.PayloadSize))})
+	lctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	prefix := strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+	var seq atomic.Int64
+	var wg sync.WaitGroup
+	workers := make([]*worker, cfg.Connections)
+	start := time.Now()
+	for i := range workers {
+		w := &worker{status: map[int]int{}}
+		workers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for lctx.Err() == nil {
+				n := strconv.FormatInt(seq.Add(1), 36)
+				t0 := time.Now()
+				_, err := js.PublishMsg(lctx, &nats.Msg{Subject: "orderly.bench.raw." + n, Data: payload,
+					Header: nats.Header{jetstream.MsgIDHeader: []string{prefix + n}}})
+				if lctx.Err() != nil {
+					return
+				}
+				w.samples = append(w.samples, time.Since(t0))
+				if err != nil {
+					w.errors++
+					if w.firstErr == nil {
+						w.firstErr = err
+					}
+					continue
+				}
+				w.status[http.StatusOK]++
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	res := Result{Name: "jetstream sync publish", Status: map[string]int{}, Seconds: elapsed.Seconds()}
+	for _, w := range workers {
+		res.samples = append(res.samples, w.samples...)
+		res.Errors += w.errors
+		if w.firstErr != nil && res.FirstErr == "" {
+			res.FirstErr = w.firstErr.Error()
+		}
+		res.Status["acked"] += w.status[http.StatusOK]
+	}
+	res.Requests = len(res.samples)
+	res.PerSecond = float64(res.Requests) / elapsed.Seconds()
+	res.Latency = percentiles(res.samples)
+	return res, nil
+}
+
+func mustDecode(body []byte) events.OrderRequest {
+	req, errs := api.DecodeOrder(body)
+	if errs != nil {
+		panic(fmt.Sprintf("bench body does not decode: %v", errs))
+	}
+	return req
+}

@@ -1,0 +1,420 @@
+// Package bench is orderly's HTTP load generator and its baselines: the load
+// behind `orderly bench`, a bare gin handler that decodes and validates the same
+// JSON without NATS (the ceiling orderly is compared with), and the raw
+// JetStream synchronous publish rate of the same messages.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// Mix is the share of each kind of request, in percent of the total.
+type Mix struct {
+	// New: a fresh idempotency key (a new order).
+	New int
+	// Replay: a key of an order created before the run (a replay of a finished request).
+	Replay int
+	// Duplicate: the key another connection sent last, often still in flight
+	// (concurrent duplicates).
+	Duplicate int
+}
+
+// ParseMix parses "new:80,replay:15,dup:5". Missing kinds are 0; the sum must be 100.
+func ParseMix(s string) (Mix, error) {
+	var m Mix
+	for _, part := range strings.Split(s, ",") {
+		name, v, ok := strings.Cut(strings.TrimSpace(part), ":")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 {
+			return m, fmt.Errorf("mix %q: want kind:percent pairs such as new:80,replay:20", s)
+		}
+		switch name {
+		case "new":
+			m.New = n
+		case "replay":
+			m.Replay = n
+		case "dup", "duplicate":
+			m.Duplicate = n
+		default:
+			return m, fmt.Errorf("mix %q: unknown kind %q (new, replay, dup)", s, name)
+		}
+	}
+	if m.New+m.Replay+m.Duplicate != 100 {
+		return m, fmt.Errorf("mix %q: percentages add up to %d, not 100", s, m.New+m.Replay+m.Duplicate)
+	}
+	return m, nil
+}
+
+// String is the flag form of m.
+func (m Mix) String() string {
+	return fmt.Sprintf("new:%d,replay:%d,dup:%d", m.New, m.Replay, m.Duplicate)
+}
+
+// Config configures a load run.
+type Config struct {
+	// URL is the base URL of the API, such as http://127.0.0.1:8080.
+	URL string
+	// Connections is the number of concurrent connections (one request in flight each).
+	Connections int
+	// Duration of the measured run; Requests, when > 0, ends it earlier.
+	Duration time.Duration
+	Requests int
+	// Warmup runs before the measurement and is not counted.
+	Warmup time.Duration
+	// PayloadSize is the approximate size of an order body in bytes.
+	PayloadSize int
+	// Mix of request kinds.
+	Mix Mix
+	// Async sends Prefer: respond-async.
+	Async bool
+	// ReplayKeys is how many orders are created before the run for replays.
+	ReplayKeys int
+	// Token is sent as Authorization: Bearer when not empty.
+	Token string
+	// Progress, when not nil, receives a progress line every second.
+	Progress io.Writer
+}
+
+// Validate reports every problem with c.
+func (c Config) Validate() error {
+	var errs []error
+	if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
+		errs = append(errs, fmt.Errorf("url %q must start with http:// or https://", c.URL))
+	}
+	if c.Connections < 1 {
+		errs = append(errs, errors.New("connections must be at least 1"))
+	}
+	if c.Duration <= 0 && c.Requests <= 0 {
+		errs = append(errs, errors.New("give a duration or a request count"))
+	}
+	if c.PayloadSize < 100 || c.PayloadSize > 60000 {
+		errs = append(errs, errors.New("payload size must be 100 to 60000 bytes"))
+	}
+	if c.Mix.Replay > 0 && c.ReplayKeys < 1 {
+		errs = append(errs, errors.New("replays need at least one replay key"))
+	}
+	return errors.Join(errs...)
+}
+
+// Result is what a run measured.
+type Result struct {
+	Name      string          `json:"name"`
+	Requests  int             `json:"requests"`
+	Errors    int             `json:"errors"`
+	Seconds   float64         `json:"seconds"`
+	PerSecond float64         `json:"per_second"`
+	Latency   Percentiles     `json:"latency_ms"`
+	Status    map[string]int  `json:"status"`
+	Kinds     map[string]int  `json:"kinds,omitempty"`
+	FirstErr  string          `json:"first_error,omitempty"`
+	samples   []time.Duration `json:"-"`
+}
+
+// Percentiles of latency, in milliseconds.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// Body is an order body of about size bytes (items are added until it is).
+func Body(size int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"customer_id":"c-bench","currency":"EUR","items":[`)
+	total := 0
+	for i := 0; ; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"sku":"SKU-%05d","quantity":%d,"unit_price":%d}`, i, 1+i%3, 995+i)
+		total += (1 + i%3) * (995 + i)
+		if b.Len()+len(`],"total":`)+12 >= size {
+			break
+		}
+	}
+	fmt.Fprintf(&b, `],"total":%d}`, total)
+	return b.Bytes()
+}
+
+// NewClient is an HTTP client for conns concurrent connections to one host.
+func NewClient(conns int) *http.Client {
+	return &http.Client{
+		Timeout: 60 * time.Second,
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        conns * 2,
+			MaxIdleConnsPerHost: conns * 2,
+			MaxConnsPerHost:     conns,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		},
+	}
+}
+
+type run struct {
+	cfg     Config
+	client  *http.Client
+	body    []byte
+	prefix  string
+	seq     atomic.Int64
+	lastNew atomic.Pointer[string]
+	replay  []string
+	prefer  string
+}
+
+// Run runs the load and returns what it measured.
+func Run(ctx context.Context, name string, cfg Config) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	r := &run{
+		cfg:    cfg,
+		client: NewClient(cfg.Connections),
+		body:   Body(cfg.PayloadSize),
+		prefix: fmt.Sprintf("bench-%d-", time.Now().UnixNano()),
+	}
+	if cfg.Async {
+		r.prefer = "respond-async"
+	}
+	defer r.client.CloseIdleConnections()
+	if cfg.Mix.Replay > 0 {
+		if err := r.prepareReplays(ctx); err != nil {
+			return Result{}, err
+		}
+	}
+	if cfg.Warmup > 0 {
+		wctx, cancel := context.WithTimeout(ctx, cfg.Warmup)
+		r.load(wctx, 0, nil)
+		cancel()
+	}
+	lctx := ctx
+	if cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+		defer cancel()
+	}
+	res := r.load(lctx, cfg.Requests, cfg.Progress)
+	res.Name = name
+	return res, nil
+}
+
+// prepareReplays creates the orders whose keys the replays use.
+func (r *run) prepareReplays(ctx context.Context) error {
+	r.replay = make([]string, r.cfg.ReplayKeys)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	for w := 0; w < r.cfg.Connections; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(r.replay) || ctx.Err() != nil {
+					return
+				}
+				key := r.prefix + "replay-" + strconv.Itoa(i)
+				status, err := r.post(ctx, key, "wait=30")
+				if err == nil && status != http.StatusCreated {
+					err = fmt.Errorf("preparing replay key %s: status %d (is the processor running?)", key, status)
+				}
+				if err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+				r.replay[i] = key
+			}
+		}()
+	}
+	wg.Wait()
+	if e := firstErr.Load(); e != nil {
+		return *e
+	}
+	return ctx.Err()
+}
+
+// post sends the order body under key with the given Prefer header ("" for none).
+func (r *run) post(ctx context.Context, key, prefer string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.URL+"/v1/orders", bytes.NewReader(r.body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	if prefer != "" {
+		req.Header.Set("Prefer", prefer)
+	}
+	if r.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+type worker struct {
+	samples  []time.Duration
+	status   map[int]int
+	kinds    [3]int
+	errors   int
+	firstErr error
+}
+
+func (r *run) load(ctx context.Context, budget int, progress io.Writer) Result {
+	workers := make([]*worker, r.cfg.Connections)
+	var issued, done atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	stopProgress := r.progress(progress, &done, start)
+	for i := range workers {
+		w := &worker{status: map[int]int{}}
+		workers[i] = w
+		rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if budget > 0 && issued.Add(1) > int64(budget) {
+					return
+				}
+				key, kind := r.nextKey(rng)
+				t0 := time.Now()
+				status, err := r.post(ctx, key, r.prefer)
+				if ctx.Err() != nil && err != nil {
+					return // the deadline cut this request: not counted
+				}
+				w.samples = append(w.samples, time.Since(t0))
+				w.kinds[kind]++
+				done.Add(1)
+				if err != nil {
+					w.errors++
+					if w.firstErr == nil {
+						w.firstErr = err
+					}
+					continue
+				}
+				w.status[status]++
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stopProgress()
+
+	res := Result{Status: map[string]int{}, Kinds: map[string]int{}, Seconds: elapsed.Seconds()}
+	for _, w := range workers {
+		res.samples = append(res.samples, w.samples...)
+		res.Errors += w.errors
+		if w.firstErr != nil && res.FirstErr == "" {
+			res.FirstErr = w.firstErr.Error()
+		}
+		for s, n := range w.status {
+			res.Status[strconv.Itoa(s)] += n
+		}
+		for k, n := range w.kinds {
+			if n > 0 {
+				res.Kinds[[]string{"new", "replay", "dup"}[k]] += n
+			}
+		}
+	}
+	res.Requests = len(res.samples)
+	res.PerSecond = float64(res.Requests) / elapsed.Seconds()
+	res.Latency = percentiles(res.samples)
+	return res
+}
+
+func (r *run) nextKey(rng *rand.Rand) (string, int) {
+	p := rng.IntN(100)
+	switch {
+	case p < r.cfg.Mix.Replay:
+		return r.replay[rng.IntN(len(r.replay))], 1
+	case p < r.cfg.Mix.Replay+r.cfg.Mix.Duplicate:
+		if k := r.lastNew.Load(); k != nil {
+			return *k, 2
+		}
+	}
+	key := r.prefix + strconv.FormatInt(r.seq.Add(1), 36)
+	r.lastNew.Store(&key)
+	return key, 0
+}
+
+// progress shows a bar over the run's duration (or request budget) with the
+// current rate, updated every half second.
+func (r *run) progress(w io.Writer, done *atomic.Int64, start time.Time) func() {
+	if w == nil {
+		return func() {}
+	}
+	max := int64(r.cfg.Requests)
+	byTime := r.cfg.Duration > 0
+	if byTime {
+		max = r.cfg.Duration.Milliseconds()
+	}
+	bar := progressbar.NewOptions64(max,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionShowDescriptionAtLineEnd(),
+		progressbar.OptionSetElapsedTime(false),
+		progressbar.OptionSetPredictTime(false),
+	)
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		var last int64
+		lastAt := start
+		for {
+			select {
+			case <-stop:
+				_ = bar.Finish()
+				fmt.Fprintln(w)
+				return
+			case now := <-t.C:
+				n := done.Load()
+				rate := float64(n-last) / now.Sub(lastAt).Seconds()
+				last, lastAt = n, now
+				bar.Describe(fmt.Sprintf("%9d requests  %7.0f req/s", n, rate))
+				if byTime {
+					_ = bar.Set64(min(now.Sub(start).Milliseconds(), max))
+				} else {
+					_ = bar.Set64(min(n, max))
+				}
+			}
+		}
+	}()
+	return func() { close(stop); <-finished }
+}
+
+func percentiles(samples []time.Duration) Percentiles {
+	if len(samples) == 0 {
+		return Percentiles{}
+	}
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	at := func(q float64) float64 {
+		i := int(q * float64(len(samples)-1))
+		return float64(samples[i].Microseconds()) / 1000
+	}
+	return Percentiles{P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: float64(samples[len(samples)-1].Microseconds()) / 1000}
+}

@@ -1,0 +1,37 @@
+package natsx
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StartTestJetStream starts an in-process embedded server with the topology for
+// a test or benchmark, and returns a JetStream context on it. Everything stops
+// when the test ends.
+func StartTestJetStream(tb testing.TB, fsync Fsync) jetstream.JetStream {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns, err := StartEmbedded(ctx, EmbeddedConfig{ServerName: "test", StoreDir: tb.TempDir(), Fsync: fsync})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect("", nats.InProcessServer(ns))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := DefaultTopology().Ensure(ctx, js); err != nil {
+		tb.Fatal(err)
+	}
+	return js
+}
