@@ -42,14 +42,26 @@ type OrderFlags struct {
 type ServeCmd struct {
 	NATSFlags
 	OrderFlags
-	DataDir    string `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data."`
-	NATSListen string `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services; empty: in-process only."`
-	Fsync      string `name:"fsync" env:"ORDERLY_FSYNC" default:"1s" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002."`
+	DataDir    string   `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data."`
+	NATSListen string   `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services; empty: in-process only."`
+	Roles      []string `name:"roles" env:"ORDERLY_ROLES" default:"api,processor,projector" enum:"api,processor,projector" help:"Components to run in this process: api, processor, projector."`
+	Fsync      string   `name:"fsync" env:"ORDERLY_FSYNC" default:"1s" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002."`
 }
 
 // Run runs orderly serve.
 func (c *ServeCmd) Run(g *globals) error {
-	cfg, err := c.config(server.AllRoles)
+	var roles server.Roles
+	for _, r := range c.Roles {
+		switch r {
+		case "api":
+			roles.API = true
+		case "processor":
+			roles.Processor = true
+		case "projector":
+			roles.Projector = true
+		}
+	}
+	cfg, err := c.config(roles)
 	if err != nil {
 		return err
 	}

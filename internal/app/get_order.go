@@ -51,6 +51,9 @@ func (s *Service) Order(ctx context.Context, tenant, orderID string, wait time.D
 }
 
 func (s *Service) currentOrder(ctx context.Context, tenant, orderID string) (OrderView, error) {
+	if err := s.available(); err != nil {
+		return OrderView{}, err
+	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	o, found, err := s.models.Order(ctx, orderID)

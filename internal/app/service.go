@@ -85,6 +85,10 @@ func unavailable(op string, err error) error {
 type Config struct {
 	// RequestTimeout bounds each NATS call made for a request.
 	RequestTimeout time.Duration
+	// Connected, when set, reports whether NATS is reachable now. While it is
+	// not, requests fail at once with ErrUnavailable instead of waiting out
+	// RequestTimeout.
+	Connected func() bool
 }
 
 // Validate reports every problem with c.
@@ -132,6 +136,14 @@ func NewService(cfg Config, models ReadModels, watch Watcher, commands Commands,
 	}
 	return &Service{cfg: cfg, models: models, watch: watch, commands: commands, events: log, logger: logger,
 		now: time.Now, newID: NewOrderID, draining: make(chan struct{})}, nil
+}
+
+// available fails fast while NATS is known to be unreachable.
+func (s *Service) available() error {
+	if s.cfg.Connected != nil && !s.cfg.Connected() {
+		return fmt.Errorf("%w: not connected to NATS", ErrUnavailable)
+	}
+	return nil
 }
 
 func (s *Service) timeout(ctx context.Context) (context.Context, context.CancelFunc) {

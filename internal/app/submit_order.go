@@ -64,6 +64,9 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 	if r, ok := s.watch.CachedResult(in.KeyHash); ok {
 		return s.existing(ctx, in, r, nil)
 	}
+	if err := s.available(); err != nil {
+		return Outcome{}, err
+	}
 	var sub *projections.Sub[projections.Result]
 	if in.Wait > 0 || in.WaitForPending > 0 {
 		sub = s.watch.WatchResult(in.KeyHash)

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
@@ -109,10 +110,10 @@ func (c Config) Validate() error {
 	if c.NATSURL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is empty"))
 	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		errs = append(errs, fmt.Errorf("http addr %q: %w", c.HTTPAddr, err))
+	}
 	if c.Roles.API {
-		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-			errs = append(errs, fmt.Errorf("http addr %q: %w", c.HTTPAddr, err))
-		}
 		errs = append(errs, c.API.Validate())
 		if c.RequestTimeout <= 0 {
 			errs = append(errs, fmt.Errorf("nats timeout must be positive, got %s", c.RequestTimeout))
@@ -234,8 +235,55 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		if err := s.startAPI(ctx, js, store); err != nil {
 			return nil, err
 		}
+	} else if err := s.startOps(); err != nil {
+		return nil, err
 	}
 	return s, nil
+}
+
+// startOps serves /healthz, /readyz and /metrics on the HTTP address of a
+// process without the API (a processor or projector), for probes and scraping.
+func (s *Server) startOps() error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ready"}`))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	return s.serveHTTP(mux)
+}
+
+// serveHTTP serves h on the configured HTTP address until Shutdown.
+func (s *Server) serveHTTP(h http.Handler) error {
+	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listen: %w", err)
+	}
+	s.httpLn = ln
+	s.http = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.failed <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	s.logger.Info("HTTP listening", "addr", ln.Addr().String(), "api", s.cfg.Roles.API)
+	return nil
 }
 
 func (s *Server) startProcessor(ctx context.Context, connect func(string) (*nats.Conn, error)) error {
@@ -330,7 +378,8 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, store *pr
 	if err != nil {
 		return err
 	}
-	svc, err := app.NewService(app.Config{RequestTimeout: s.cfg.RequestTimeout}, store, hub, log, log, s.logger)
+	nc := js.Conn()
+	svc, err := app.NewService(app.Config{RequestTimeout: s.cfg.RequestTimeout, Connected: nc.IsConnected}, store, hub, log, log, s.logger)
 	if err != nil {
 		return err
 	}
@@ -339,25 +388,7 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, store *pr
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("http listen: %w", err)
-	}
-	s.httpLn = ln
-	s.http = &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.failed <- fmt.Errorf("http: %w", err)
-		}
-	}()
-	s.logger.Info("HTTP API listening", "addr", ln.Addr().String())
-	return nil
+	return s.serveHTTP(h)
 }
 
 // startPprof serves the profiling endpoints on their own listener.

@@ -271,7 +271,7 @@ func TestNATSUnavailable(t *testing.T) {
 	stop := startNATS()
 	cfg := orderlytest.Config(t)
 	cfg.NATSURL = "nats://127.0.0.1:" + strconv.Itoa(port)
-	cfg.RequestTimeout = 500 * time.Millisecond
+	cfg.RequestTimeout = 5 * time.Second // the 503 must come from knowing NATS is gone, not from this timeout
 	inst := orderlytest.Start(t, cfg)
 	if r := inst.PostOrder(t, "before", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
 		t.Fatalf("before the outage: %d %s", r.Status, r.Body)
@@ -283,7 +283,7 @@ func TestNATSUnavailable(t *testing.T) {
 	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || r.Problem(t)["code"] != "service_unavailable" {
 		t.Fatalf("during the outage: %d %v %s", r.Status, r.Header, r.Body)
 	}
-	if el := time.Since(begin); el > 3*time.Second {
+	if el := time.Since(begin); el > time.Second {
 		t.Fatalf("503 took %s; it must come quickly", el)
 	}
 	if g := orderlytest.Do(t, http.MethodGet, inst.URL+"/readyz", nil); g.Status != http.StatusServiceUnavailable {
