@@ -37,10 +37,11 @@ import (
 type Config struct {
 	// Concurrency is how many commands one instance handles at once.
 	Concurrency int
-	// AckWait is the consumer's ack wait; a command handled longer is redelivered.
+	// AckWait is the consumer's ack wait (natsx.Topology.AckWait); a command
+	// handled longer is redelivered.
 	AckWait time.Duration
-	// MaxDeliver is the consumer's delivery limit; the last delivery of a failing
-	// command dead-letters it.
+	// MaxDeliver is the consumer's delivery limit (natsx.Topology.MaxDeliver);
+	// the last delivery of a failing command dead-letters it.
 	MaxDeliver int
 	// Timeout bounds the NATS calls of one delivery.
 	Timeout time.Duration
@@ -48,7 +49,7 @@ type Config struct {
 
 // DefaultConfig is the configuration of the standalone processor.
 func DefaultConfig() Config {
-	return Config{Concurrency: 32, AckWait: 30 * time.Second, MaxDeliver: 10, Timeout: 10 * time.Second}
+	return Config{Concurrency: 32, AckWait: 10 * time.Second, MaxDeliver: 10, Timeout: 5 * time.Second}
 }
 
 // Validate reports every problem with c.

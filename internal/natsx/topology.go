@@ -54,7 +54,7 @@ func DefaultTopology() Topology {
 		DedupWindow:      2 * time.Minute,
 		CommandRetention: 72 * time.Hour,
 		ResultTTL:        24 * time.Hour,
-		AckWait:          30 * time.Second,
+		AckWait:          10 * time.Second,
 		MaxDeliver:       10,
 	}
 }

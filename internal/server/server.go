@@ -123,7 +123,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Roles.Processor {
-		errs = append(errs, c.Processor.Validate())
+		pcfg := c.Processor
+		pcfg.AckWait, pcfg.MaxDeliver = c.Topology.AckWait, c.Topology.MaxDeliver
+		errs = append(errs, pcfg.Validate())
 	}
 	if c.Roles.Projector && c.ProjectorConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("projector concurrency must be at least 1, got %d", c.ProjectorConcurrency))
@@ -303,7 +305,9 @@ func (s *Server) startProcessor(ctx context.Context, connect func(string) (*nats
 	if err != nil {
 		return err
 	}
-	p, err := processor.New(s.cfg.Processor, sub, wjs, store, s.logger)
+	pcfg := s.cfg.Processor
+	pcfg.AckWait, pcfg.MaxDeliver = s.cfg.Topology.AckWait, s.cfg.Topology.MaxDeliver
+	p, err := processor.New(pcfg, sub, wjs, store, s.logger)
 	if err != nil {
 		return err
 	}
