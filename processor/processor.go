@@ -76,25 +76,25 @@ type Processor struct {
 	handler *createOrderHandler
 }
 
-// New builds a processor. subConn is used only by the subscriber, which drains
-// it on Close; js (on another connection) does the work, so that in-flight
-// commands can finish while the subscription drains.
-func New(cfg Config, subConn *nats.Conn, js jetstream.JetStream, claims Claims, logger *slog.Logger) (*Processor, error) {
+// New builds a processor that consumes and works through js.
+func New(cfg Config, js jetstream.JetStream, claims Claims, logger *slog.Logger) (*Processor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	wlog := wm.Logger(logger.With("component", "processor"))
-	sub, err := wm.NewSubscriber(subConn, wm.SubscriberConfig{
-		Stream:   events.CommandStream,
-		Consumer: natsx.ProcessorConsumer,
-		AckWait:  cfg.AckWait,
-		NakDelay: wm.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second},
-		Prefetch: 8,
-	}, wlog)
+	logger = logger.With("component", "processor")
+	wlog := wm.Logger(logger)
+	sub, err := wm.NewSubscriber(js, wm.SubscriberConfig{
+		Stream:       events.CommandStream,
+		Consumer:     natsx.ProcessorConsumer,
+		Concurrency:  cfg.Concurrency,
+		Prefetch:     2 * cfg.Concurrency,
+		Backoff:      wm.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second},
+		CloseTimeout: cfg.AckWait,
+	}, logger)
 	if err != nil {
 		return nil, err
 	}
-	h, err := NewCreateOrderHandler(claims, JetStreamEvents{JS: js}, cfg.MaxDeliver, cfg.Timeout, logger.With("component", "processor"))
+	h, err := NewCreateOrderHandler(claims, JetStreamEvents{JS: js}, cfg.MaxDeliver, cfg.Timeout, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func New(cfg Config, subConn *nats.Conn, js jetstream.JetStream, claims Claims, 
 		return nil, err
 	}
 	router.AddMiddleware(middleware.Recoverer, poison)
-	wm.AddHandlers(router, "create-order", events.CommandStream, sub, cfg.Concurrency, h.Handle)
+	router.AddConsumerHandler("create-order", events.CommandStream, sub, h.Handle)
 	return &Processor{router: router, handler: h}, nil
 }
 

@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,5 +99,7 @@ func (p *Projector) Handle(msg *message.Message) error {
 		// The result has expired: its key may already belong to a newer order.
 		proj.Result = nil
 	}
-	return p.store.Save(msg.Context(), proj.OrderID, proj.Order, proj.Key, proj.Result)
+	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
+	defer cancel()
+	return p.store.Save(ctx, proj.OrderID, proj.Order, proj.Key, proj.Result)
 }

@@ -85,10 +85,10 @@ func unavailable(op string, err error) error {
 type Config struct {
 	// RequestTimeout bounds each NATS call made for a request.
 	RequestTimeout time.Duration
-	// Connected, when set, reports whether NATS is reachable now. While it is
-	// not, requests fail at once with ErrUnavailable instead of waiting out
-	// RequestTimeout.
-	Connected func() bool
+	// Up, when set, returns a context that is canceled when the connection to
+	// NATS is lost (and is canceled while it is down). Requests then fail at
+	// once with ErrUnavailable instead of waiting out RequestTimeout.
+	Up func() context.Context
 }
 
 // Validate reports every problem with c.
@@ -140,12 +140,19 @@ func NewService(cfg Config, models ReadModels, watch Watcher, commands Commands,
 
 // available fails fast while NATS is known to be unreachable.
 func (s *Service) available() error {
-	if s.cfg.Connected != nil && !s.cfg.Connected() {
+	if s.cfg.Up != nil && s.cfg.Up().Err() != nil {
 		return fmt.Errorf("%w: not connected to NATS", ErrUnavailable)
 	}
 	return nil
 }
 
+// timeout bounds one NATS call: RequestTimeout, or less when the connection is
+// lost meanwhile.
 func (s *Service) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	if s.cfg.Up == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(s.cfg.Up(), cancel)
+	return ctx, func() { stop(); cancel() }
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -293,10 +294,6 @@ func (s *Server) startProcessor(ctx context.Context, connect func(string) (*nats
 	if err != nil {
 		return err
 	}
-	sub, err := connect("processor-sub")
-	if err != nil {
-		return err
-	}
 	wjs, err := jetstream.New(work)
 	if err != nil {
 		return err
@@ -307,7 +304,7 @@ func (s *Server) startProcessor(ctx context.Context, connect func(string) (*nats
 	}
 	pcfg := s.cfg.Processor
 	pcfg.AckWait, pcfg.MaxDeliver = s.cfg.Topology.AckWait, s.cfg.Topology.MaxDeliver
-	p, err := processor.New(pcfg, sub, wjs, store, s.logger)
+	p, err := processor.New(pcfg, wjs, store, s.logger)
 	if err != nil {
 		return err
 	}
@@ -322,10 +319,6 @@ func (s *Server) startProcessor(ctx context.Context, connect func(string) (*nats
 
 func (s *Server) startProjector(ctx context.Context, connect func(string) (*nats.Conn, error)) error {
 	work, err := connect("projector")
-	if err != nil {
-		return err
-	}
-	subConn, err := connect("projector-sub")
 	if err != nil {
 		return err
 	}
@@ -348,20 +341,22 @@ func (s *Server) startProjector(ctx context.Context, connect func(string) (*nats
 	s.registry.MustRegister(skipped)
 	p.Skipped = func(reason string) { skipped.WithLabelValues(reason).Inc() }
 
-	wlog := wm.Logger(s.logger.With("component", "projector"))
-	sub, err := wm.NewSubscriber(subConn, wm.SubscriberConfig{
+	plog := s.logger.With("component", "projector")
+	sub, err := wm.NewSubscriber(wjs, wm.SubscriberConfig{
 		Stream: events.EventStream, Consumer: natsx.ProjectorConsumer,
-		AckWait: s.cfg.Topology.AckWait, NakDelay: wm.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second},
-		Prefetch: 16,
-	}, wlog)
+		Concurrency: s.cfg.ProjectorConcurrency, Prefetch: 2 * s.cfg.ProjectorConcurrency,
+		Backoff:      wm.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second},
+		CloseTimeout: s.cfg.Topology.AckWait,
+	}, plog)
 	if err != nil {
 		return err
 	}
-	r, err := newRouter(s.cfg.Topology.AckWait, wlog)
+	r, err := newRouter(s.cfg.Topology.AckWait, wm.Logger(plog))
 	if err != nil {
 		return err
 	}
-	wm.AddHandlers(r, "project", events.EventStream, sub, s.cfg.ProjectorConcurrency, p.Handle)
+	r.AddMiddleware(middleware.Recoverer)
+	r.AddConsumerHandler("project", events.EventStream, sub, p.Handle)
 	return s.run(ctx, "projector", routerAdapter{r})
 }
 
@@ -382,8 +377,8 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, store *pr
 	if err != nil {
 		return err
 	}
-	nc := js.Conn()
-	svc, err := app.NewService(app.Config{RequestTimeout: s.cfg.RequestTimeout, Connected: nc.IsConnected}, store, hub, log, log, s.logger)
+	health := natsx.WatchHealth(js.Conn())
+	svc, err := app.NewService(app.Config{RequestTimeout: s.cfg.RequestTimeout, Up: health.Up}, store, hub, log, log, s.logger)
 	if err != nil {
 		return err
 	}

@@ -345,7 +345,10 @@ func TestConfigValidation(t *testing.T) {
 func TestGracefulShutdownLosesNothing(t *testing.T) {
 	t.Parallel()
 	cfg := orderlytest.Config(t)
-	// Commands in flight at the shutdown are redelivered after the ack wait.
+	// Commands fetched but not finished at the shutdown are naked; a restarted
+	// server still holds them as pending until the ack wait has passed since
+	// their delivery (the nak queue is not persisted). A short ack wait keeps
+	// the test short.
 	cfg.Topology.AckWait = 2 * time.Second
 	cfg.Processor.Timeout = time.Second
 	inst := orderlytest.Start(t, cfg)
@@ -392,7 +395,7 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 
 	again := orderlytest.Start(t, cfg)
 	for key, loc := range accepted {
-		r := again.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: wait=20")
+		r := again.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: wait=10")
 		if r.Status != http.StatusCreated || r.Header.Get("Location") != loc {
 			t.Fatalf("%s after restart: %d Location %q, want 201 at %q; %s", key, r.Status, r.Header.Get("Location"), loc, r.Body)
 		}

@@ -1,35 +1,42 @@
 // Package wm binds watermill routers to orderly's durable JetStream consumers.
 //
-// watermill-nats' pkg/jetstream subscriber hands one message at a time to the
-// router per subscription and does not create durable consumers on its own (its
-// default consumer is deleted when it goes idle). This package gives it an
-// initializer that binds to a durable consumer created by natsx.Topology.Ensure,
-// an unmarshaler that keeps the JetStream metadata (stream sequence, delivery
-// count) in the watermill metadata, and opens Concurrency subscriptions on that
-// one consumer so that Concurrency messages are in flight at once.
+// Its Subscriber is a watermill message.Subscriber over a durable pull consumer
+// (created by natsx.Topology.Ensure). It replaces watermill-nats' pkg/jetstream
+// subscriber, which hands the router one message at a time per subscription,
+// closes its output channel while a send may be in progress (a data race and a
+// possible panic at shutdown), and leaves the messages it buffered unacked at
+// shutdown, so they wait out the whole ack wait before anyone gets them again.
 //
-// The ack contract: the subscriber acks a message (and waits for the server to
-// confirm: DoubleAck) only after the handler returned nil. A handler error naks
-// it; a handler that outlives AckWait, or a message in flight at shutdown, is
-// neither acked nor naked, and the server redelivers it after AckWait. Nothing
-// is acked that was not handled.
+// The ack contract:
+//   - up to Concurrency messages are in the router's hands at once;
+//   - a message is acked, and the ack confirmed by the server (DoubleAck), only
+//     after the handler returned nil;
+//   - a handler error naks it with a growing delay (Backoff);
+//   - at Close, messages fetched but not handed to the router are naked at once
+//     (redelivered immediately, to another instance or after a restart), and
+//     messages in the router's hands are acked or naked when their handler ends;
+//   - a handler that outlives the consumer's ack wait is redelivered by the
+//     server meanwhile: handlers must be idempotent (orderly's are).
+//
+// Nothing is acked that was not handled.
 package wm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wmjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Metadata keys set by the unmarshaler.
+// Metadata keys set on every message.
 const (
 	// MetaStreamSeq is the message's sequence in its stream.
 	MetaStreamSeq = "orderly_stream_seq"
@@ -45,12 +52,6 @@ func Delivered(msg *message.Message) int {
 	return n
 }
 
-// StreamSeq returns the stream sequence of msg.
-func StreamSeq(msg *message.Message) uint64 {
-	n, _ := strconv.ParseUint(msg.Metadata.Get(MetaStreamSeq), 10, 64)
-	return n
-}
-
 // Logger adapts logger for watermill, with watermill's per-message info logs
 // lowered to debug.
 func Logger(logger *slog.Logger) watermill.LoggerAdapter {
@@ -59,91 +60,239 @@ func Logger(logger *slog.Logger) watermill.LoggerAdapter {
 	})
 }
 
-// SubscriberConfig configures a subscriber bound to a durable consumer.
-type SubscriberConfig struct {
-	// Stream and Consumer name the durable consumer (it must exist).
-	Stream, Consumer string
-	// AckWait is how long the subscriber waits for the handler before it gives the
-	// message up to redelivery; keep it at or below the consumer's AckWait.
-	AckWait time.Duration
-	// NakDelay spaces redeliveries after handler errors.
-	NakDelay wmjs.Delay
-	// Prefetch is how many messages each subscription buffers.
-	Prefetch int
-}
+// Backoff spaces redeliveries after handler errors: Base after the first
+// delivery, doubling up to Max.
+type Backoff struct{ Base, Max time.Duration }
 
-// NewSubscriber returns a watermill subscriber on its own connection nc (closing
-// the subscriber drains nc).
-func NewSubscriber(nc *nats.Conn, cfg SubscriberConfig, logger watermill.LoggerAdapter) (*wmjs.Subscriber, error) {
-	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = 64
+// Delay is the nak delay after the given delivery.
+func (b Backoff) Delay(delivered uint64) time.Duration {
+	d := b.Base
+	for i := uint64(1); i < delivered && d < b.Max; i++ {
+		d *= 2
 	}
-	return wmjs.NewSubscriber(wmjs.SubscriberConfig{
-		Conn:           nc,
-		Logger:         logger,
-		AckWaitTimeout: cfg.AckWait,
-		NakDelay:       cfg.NakDelay,
-		ResourceInitializer: func(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-			c, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-			if err != nil {
-				return nil, nil, fmt.Errorf("durable consumer %s on %s: %w", cfg.Consumer, cfg.Stream, err)
-			}
-			return c, nil, nil
-		},
-		ConsumeOptions: []jetstream.PullConsumeOpt{
-			jetstream.PullMaxMessages(cfg.Prefetch),
-		},
-		Unmarshaler: unmarshaler{},
-	})
+	return min(d, b.Max)
 }
 
-// unmarshaler keeps the payload as is and the JetStream metadata in the
-// watermill metadata. It never fails: watermill-nats dereferences the message
-// even when the unmarshaler returns an error.
-type unmarshaler struct{}
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	// Stream and Consumer name the durable consumer; it must exist.
+	Stream, Consumer string
+	// Concurrency is how many messages the router may handle at once.
+	Concurrency int
+	// Prefetch is how many messages the client buffers ahead of the handlers.
+	Prefetch int
+	// Backoff spaces redeliveries after handler errors.
+	Backoff Backoff
+	// CloseTimeout bounds how long Close waits for handlers in flight.
+	CloseTimeout time.Duration
+}
 
-func (unmarshaler) Unmarshal(msg jetstream.Msg) (*message.Message, error) {
+// Validate reports every problem with c.
+func (c SubscriberConfig) Validate() error {
+	var errs []error
+	if c.Stream == "" || c.Consumer == "" {
+		errs = append(errs, errors.New("subscriber: stream and consumer are required"))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("subscriber: concurrency must be at least 1, got %d", c.Concurrency))
+	}
+	if c.Prefetch < 1 {
+		errs = append(errs, fmt.Errorf("subscriber: prefetch must be at least 1, got %d", c.Prefetch))
+	}
+	if c.CloseTimeout <= 0 {
+		errs = append(errs, errors.New("subscriber: close timeout must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Subscriber is a watermill subscriber over one durable JetStream consumer.
+type Subscriber struct {
+	js      jetstream.JetStream
+	cfg     SubscriberConfig
+	logger  *slog.Logger
+	closing chan struct{}
+	once    sync.Once
+	running sync.WaitGroup // pumps and ack waiters
+}
+
+var _ message.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber returns a subscriber that uses js.
+func NewSubscriber(js jetstream.JetStream, cfg SubscriberConfig, logger *slog.Logger) (*Subscriber, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Subscriber{js: js, cfg: cfg, logger: logger, closing: make(chan struct{})}, nil
+}
+
+// Subscribe starts delivering the consumer's messages; the topic is ignored
+// (the consumer decides what is delivered). The channel closes after Close or
+// when ctx ends, once no send is pending.
+func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	select {
+	case <-s.closing:
+		return nil, errors.New("subscriber closed")
+	default:
+	}
+	cons, err := s.js.Consumer(ctx, s.cfg.Stream, s.cfg.Consumer)
+	if err != nil {
+		return nil, fmt.Errorf("durable consumer %s on %s: %w", s.cfg.Consumer, s.cfg.Stream, err)
+	}
+	out := make(chan *message.Message)
+	stop := make(chan struct{})
+	s.running.Add(2)
+	pumped := make(chan struct{})
+	go func() {
+		defer s.running.Done()
+		select {
+		case <-s.closing:
+		case <-ctx.Done():
+		case <-pumped:
+			return
+		}
+		close(stop)
+	}()
+	go func() {
+		defer s.running.Done()
+		defer close(pumped)
+		s.pump(ctx, cons, out, stop)
+	}()
+	return out, nil
+}
+
+// fetchWait is how long one pull request waits for messages. At Close the pump
+// waits for the running request to end, so that nothing the server delivers
+// goes to an inbox nobody reads (it would wait out the ack wait).
+const fetchWait = 500 * time.Millisecond
+
+// pump fetches batches and hands their messages to the router, at most
+// Concurrency at a time. After stop it naks what it receives.
+func (s *Subscriber) pump(ctx context.Context, cons jetstream.Consumer, out chan<- *message.Message, stop <-chan struct{}) {
+	var inflight sync.WaitGroup
+	defer func() {
+		inflight.Wait()
+		close(out) // nobody sends any more
+	}()
+	sem := make(chan struct{}, s.cfg.Concurrency)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		batch, err := cons.Fetch(s.cfg.Prefetch, jetstream.FetchMaxWait(fetchWait))
+		if err != nil { // NATS is away: try again shortly
+			s.logger.Debug("fetch", "consumer", s.cfg.Consumer, "err", err)
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		for jm := range batch.Messages() {
+			s.dispatch(ctx, jm, out, stop, sem, &inflight)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			s.logger.Debug("fetch", "consumer", s.cfg.Consumer, "err", err)
+		}
+	}
+}
+
+// dispatch hands jm to the router (or naks it after stop) and settles it once
+// the router is done.
+func (s *Subscriber) dispatch(ctx context.Context, jm jetstream.Msg, out chan<- *message.Message, stop <-chan struct{}, sem chan struct{}, inflight *sync.WaitGroup) {
+	select {
+	case sem <- struct{}{}:
+	case <-stop:
+		s.nak(jm, 0)
+		return
+	}
+	m := toMessage(jm)
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.SetContext(mctx)
+	select {
+	case out <- m:
+	case <-stop:
+		cancel()
+		<-sem
+		s.nak(jm, 0)
+		return
+	}
+	inflight.Add(1)
+	go func() {
+		defer inflight.Done()
+		defer func() { <-sem }()
+		defer cancel()
+		s.settle(m, jm)
+	}()
+}
+
+// settle acks or naks jm once the router is done with m.
+func (s *Subscriber) settle(m *message.Message, jm jetstream.Msg) {
+	select {
+	case <-m.Acked():
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := jm.DoubleAck(ctx); err != nil {
+			// Not acked: the server redelivers after the ack wait and the
+			// idempotent handler does nothing new.
+			s.logger.Warn("ack failed", "consumer", s.cfg.Consumer, "subject", jm.Subject(), "err", err)
+		}
+	case <-m.Nacked():
+		var delivered uint64
+		if md, err := jm.Metadata(); err == nil {
+			delivered = md.NumDelivered
+		}
+		s.nak(jm, s.cfg.Backoff.Delay(delivered))
+	}
+}
+
+func (s *Subscriber) nak(jm jetstream.Msg, delay time.Duration) {
+	var err error
+	if delay > 0 {
+		err = jm.NakWithDelay(delay)
+	} else {
+		err = jm.Nak()
+	}
+	if err != nil {
+		s.logger.Debug("nak failed; redelivered after the ack wait", "consumer", s.cfg.Consumer, "err", err)
+	}
+}
+
+// Close stops fetching, naks what was fetched and not handled, and waits (up to
+// CloseTimeout) until the messages in the router's hands are settled.
+func (s *Subscriber) Close() error {
+	s.once.Do(func() { close(s.closing) })
+	done := make(chan struct{})
+	go func() { s.running.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(s.cfg.CloseTimeout):
+		return fmt.Errorf("subscriber %s: handlers still running after %s", s.cfg.Consumer, s.cfg.CloseTimeout)
+	}
+}
+
+// toMessage keeps the payload as is and the JetStream metadata in the
+// watermill metadata.
+func toMessage(jm jetstream.Msg) *message.Message {
 	md := make(message.Metadata, 4)
-	for k, v := range msg.Headers() {
+	for k, v := range jm.Headers() {
 		if len(v) > 0 {
 			md[k] = v[0]
 		}
 	}
-	md[MetaSubject] = msg.Subject()
-	id := msg.Headers().Get(jetstream.MsgIDHeader)
-	if meta, err := msg.Metadata(); err == nil {
+	md[MetaSubject] = jm.Subject()
+	id := jm.Headers().Get(jetstream.MsgIDHeader)
+	if meta, err := jm.Metadata(); err == nil {
 		md[MetaStreamSeq] = strconv.FormatUint(meta.Sequence.Stream, 10)
 		md[MetaDelivered] = strconv.FormatUint(meta.NumDelivered, 10)
 		if id == "" {
 			id = meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
 		}
 	}
-	m := message.NewMessage(id, msg.Data())
+	m := message.NewMessage(id, jm.Data())
 	m.Metadata = md
-	return m, nil
-}
-
-// AddHandlers adds concurrency handlers named name-0 ... that all consume from
-// sub with h. Each handler is one subscription on the same durable consumer.
-func AddHandlers(r *message.Router, name, topic string, sub message.Subscriber, concurrency int, h message.NoPublishHandlerFunc) {
-	if concurrency < 1 {
-		concurrency = 1
-	}
-	for i := 0; i < concurrency; i++ {
-		r.AddConsumerHandler(fmt.Sprintf("%s-%d", name, i), topic, sub, h)
-	}
-}
-
-// Backoff spaces redeliveries after handler errors: Base after the first
-// delivery, doubling up to Max.
-type Backoff struct{ Base, Max time.Duration }
-
-// WaitTime implements watermill-nats' Delay. It never terminates a message: the
-// handler decides when to give up (and dead-letters it).
-func (b Backoff) WaitTime(delivered uint64) time.Duration {
-	d := b.Base
-	for i := uint64(1); i < delivered && d < b.Max; i++ {
-		d *= 2
-	}
-	return min(d, b.Max)
+	return m
 }
