@@ -289,16 +289,23 @@ func (s *Server) serveHTTP(h http.Handler) error {
 	return nil
 }
 
+// connectStore opens a connection of its own for a component, and the read
+// models on it.
+func (s *Server) connectStore(ctx context.Context, connect func(string) (*nats.Conn, error), name string) (jetstream.JetStream, *projections.Store, error) {
+	nc, err := connect(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := projections.OpenStore(ctx, js)
+	return js, store, err
+}
+
 func (s *Server) startProcessor(ctx context.Context, connect func(string) (*nats.Conn, error)) error {
-	work, err := connect("processor")
-	if err != nil {
-		return err
-	}
-	wjs, err := jetstream.New(work)
-	if err != nil {
-		return err
-	}
-	store, err := projections.OpenStore(ctx, wjs)
+	wjs, store, err := s.connectStore(ctx, connect, "processor")
 	if err != nil {
 		return err
 	}
@@ -318,15 +325,7 @@ func (s *Server) startProcessor(ctx context.Context, connect func(string) (*nats
 }
 
 func (s *Server) startProjector(ctx context.Context, connect func(string) (*nats.Conn, error)) error {
-	work, err := connect("projector")
-	if err != nil {
-		return err
-	}
-	wjs, err := jetstream.New(work)
-	if err != nil {
-		return err
-	}
-	store, err := projections.OpenStore(ctx, wjs)
+	wjs, store, err := s.connectStore(ctx, connect, "projector")
 	if err != nil {
 		return err
 	}

@@ -215,14 +215,16 @@ func TestRestartKeepsResults(t *testing.T) {
 		body   []byte
 		loc    string
 	}
+	body := func(i int) []byte { // every fifth order is rejected
+		if i%5 == 0 {
+			return []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":2}`)
+		}
+		return orderlytest.Order("c-" + strconv.Itoa(i))
+	}
 	want := map[string]stored{}
 	for i := 0; i < 20; i++ {
 		key := "restart-" + strconv.Itoa(i)
-		body := orderlytest.Order("c-" + strconv.Itoa(i))
-		if i%5 == 0 {
-			body = []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":2}`)
-		}
-		r := inst.PostOrder(t, key, body)
+		r := inst.PostOrder(t, key, body(i))
 		if r.Status != http.StatusCreated && r.Status != http.StatusUnprocessableEntity {
 			t.Fatalf("%s: %d %s", key, r.Status, r.Body)
 		}
@@ -233,11 +235,7 @@ func TestRestartKeepsResults(t *testing.T) {
 	again := orderlytest.Start(t, cfg) // same data dir, new ports
 	for i := 0; i < 20; i++ {
 		key := "restart-" + strconv.Itoa(i)
-		body := orderlytest.Order("c-" + strconv.Itoa(i))
-		if i%5 == 0 {
-			body = []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":2}`)
-		}
-		r := again.PostOrder(t, key, body)
+		r := again.PostOrder(t, key, body(i))
 		w := want[key]
 		if r.Status != w.status || !bytes.Equal(r.Body, w.body) || r.Header.Get("Location") != w.loc || r.Header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("%s after restart: %d %s, want replay of %d %s", key, r.Status, r.Body, w.status, w.body)
