@@ -140,6 +140,13 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*server.Server, err
 	} else {
 		host, port, _ := splitHostPort(cfg.Listen)
 		opts.Host, opts.Port = host, port
+		if port > 0 { // fail at once, not after the readiness timeout, when the port is taken
+			ln, err := net.Listen("tcp", cfg.Listen)
+			if err != nil {
+				return nil, fmt.Errorf("embedded NATS: cannot listen on %s (another orderly or NATS? set --nats-listen): %w", cfg.Listen, err)
+			}
+			ln.Close()
+		}
 	}
 	if c := cfg.Cluster; c != nil {
 		host, port, _ := splitHostPort(c.Listen)
