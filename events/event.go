@@ -111,6 +111,9 @@ const (
 	// ReasonKeyReused: another order already holds the request's idempotency key
 	// with a different request; DuplicateOf names that order.
 	ReasonKeyReused = "idempotency_key_reused"
+	// ReasonProcessingFailed: the command failed permanently and went to the
+	// dead-letter stream ORDER_COMMANDS_DLQ.
+	ReasonProcessingFailed = "processing_failed"
 )
 
 // OrderRejected says that an order will not be fulfilled. It is published at
@@ -122,7 +125,7 @@ type OrderRejected struct {
 	// Tenant owns the order.
 	Tenant string `json:"tenant"`
 	// Reason is a stable code: total_mismatch, invalid_order, duplicate,
-	// idempotency_key_reused, or one added later.
+	// idempotency_key_reused, processing_failed, or one added later.
 	Reason string `json:"reason"`
 	// Detail explains the reason to a human.
 	Detail string `json:"detail"`

@@ -1,0 +1,138 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+	"github.com/orderly-dev/orderly/processor"
+)
+
+func compile(t *testing.T, eventType string) (*jsonschema.Schema, map[string]any) {
+	t.Helper()
+	b, err := events.Schemas.ReadFile(events.SchemaFile(eventType))
+	if err != nil {
+		t.Fatalf("no schema for %s: %v", eventType, err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	if err := c.AddResource(eventType+".json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile(eventType + ".json")
+	if err != nil {
+		t.Fatalf("schema %s: %v", eventType, err)
+	}
+	return sch, doc.(map[string]any)
+}
+
+// undeclared lists the fields of v that the schema object does not declare, so
+// that a field added to an event without documenting it fails the test.
+func undeclared(path string, v any, schema map[string]any, root map[string]any) []string {
+	if ref, ok := schema["$ref"].(string); ok {
+		var name string
+		fmt.Sscanf(ref, "#/$defs/%s", &name)
+		schema = root["$defs"].(map[string]any)[name].(map[string]any)
+	}
+	var out []string
+	switch v := v.(type) {
+	case map[string]any:
+		props, _ := schema["properties"].(map[string]any)
+		for k, fv := range v {
+			ps, ok := props[k].(map[string]any)
+			if !ok {
+				out = append(out, path+"."+k)
+				continue
+			}
+			out = append(out, undeclared(path+"."+k, fv, ps, root)...)
+		}
+	case []any:
+		if items, ok := schema["items"].(map[string]any); ok {
+			for i, e := range v {
+				out = append(out, undeclared(fmt.Sprintf("%s[%d]", path, i), e, items, root)...)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func check(t *testing.T, raw []byte) {
+	t.Helper()
+	var ev events.RawEvent
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		t.Fatal(err)
+	}
+	sch, doc := compile(t, ev.Type)
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sch.Validate(v); err != nil {
+		t.Fatalf("%s does not match its schema: %v\n%s", ev.Type, err, raw)
+	}
+	if extra := undeclared("", v, doc, doc); len(extra) > 0 {
+		t.Fatalf("%s has fields its schema does not declare: %v", ev.Type, extra)
+	}
+}
+
+// TestSchemasMatchProducedEvents checks the events a running orderly stored
+// against the published schemas.
+func TestSchemasMatchProducedEvents(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	created := inst.PostOrder(t, "schema-1", orderlytest.Order("c-1"))
+	rejected := inst.PostOrder(t, "schema-2", []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":7}`))
+	if created.Status != http.StatusCreated || rejected.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("setup: %d %d", created.Status, rejected.Status)
+	}
+	stored := map[string]bool{}
+	for _, loc := range []string{created.Header.Get("Location"), rejected.Header.Get("Location")} {
+		r := orderlytest.Do(t, http.MethodGet, inst.URL+loc+"/events", nil)
+		var list []json.RawMessage
+		if err := json.Unmarshal(r.Body, &list); err != nil || len(list) != 1 {
+			t.Fatalf("events of %s: %s", loc, r.Body)
+		}
+		check(t, list[0])
+		var ev events.RawEvent
+		_ = json.Unmarshal(list[0], &ev)
+		stored[ev.Type] = true
+	}
+	if !stored[events.OrderCreatedType] || !stored[events.OrderRejectedType] {
+		t.Fatalf("checked %v, want both types", stored)
+	}
+}
+
+// TestSchemasMatchEveryDecision checks the events of every decision the
+// processor makes (the rarer rejections included) against the schemas.
+func TestSchemasMatchEveryDecision(t *testing.T) {
+	t.Parallel()
+	total, wrong := int64(20), int64(21)
+	base := events.CreateOrder{
+		Type: events.CreateOrderType, OrderID: "ord_01M8MDT443JPW9458J298TZP0M", Tenant: "t", KeyHash: "k", Fingerprint: "f",
+		AcceptedAt: time.Now(), Request: events.OrderRequest{CustomerID: "c", Currency: "EUR",
+			Items: []events.Item{{SKU: "a", Quantity: 2, UnitPrice: 10}}},
+	}
+	for name, mutate := range map[string]func(*events.CreateOrder){
+		"created":        func(c *events.CreateOrder) { c.Request.Total = &total },
+		"total mismatch": func(c *events.CreateOrder) { c.Request.Total = &wrong },
+		"no items":       func(c *events.CreateOrder) { c.Request.Items = nil },
+	} {
+		cmd := base
+		mutate(&cmd)
+		_, data := processor.Decide(cmd, time.Now())
+		t.Run(name, func(t *testing.T) { check(t, data) })
+	}
+}
