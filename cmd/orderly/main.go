@@ -34,6 +34,7 @@ type CLI struct {
 	API       RoleCmd    `cmd:"" name:"api" help:"Run only the HTTP API against a NATS cluster (--nats-url)."`
 	Processor RoleCmd    `cmd:"" help:"Run only the processor (CreateOrder -> events) against a NATS cluster (--nats-url)."`
 	Projector RoleCmd    `cmd:"" help:"Run only the projector (events -> read models) against a NATS cluster (--nats-url)."`
+	Events    EventsCmd  `cmd:"" help:"Read the order events: tail."`
 	Bench     BenchCmd   `cmd:"" help:"Load an orderly API over HTTP and report throughput and latency; --baseline adds the ceiling and the raw JetStream rate."`
 	Version   VersionCmd `cmd:"" help:"Print the version."`
 

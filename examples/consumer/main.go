@@ -1,0 +1,117 @@
+// Command consumer is a downstream service that consumes orderly's OrderCreated
+// events, written the way a team that only has docs/events.md would write it:
+// its own durable pull consumer on ORDER_EVENTS, filtered to created orders,
+// explicit acks after the work is done, duplicates dropped by event ID.
+//
+//	go run ./examples/consumer --nats-url nats://127.0.0.1:4222
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+)
+
+func main() {
+	url := flag.String("nats-url", "nats://127.0.0.1:4222", "NATS of orderly")
+	durable := flag.String("durable", "example-billing", "name of this service's durable consumer")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	nc, err := nats.Connect(*url, nats.Name(*durable))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Drain()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = Run(ctx, js, *durable, NewMemorySeen(), func(_ context.Context, o events.OrderCreated) error {
+		fmt.Printf("bill %s: customer %s, %d.%02d %s\n", o.OrderID, o.CustomerID, o.Total/100, o.Total%100, o.Currency)
+		return nil
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+}
+
+// Seen remembers the IDs of handled events. A real service stores the ID in the
+// same transaction as its work (a unique column, say), so that a redelivery after
+// a crash between the work and the ack is recognised.
+type Seen interface {
+	// Seen reports whether id was handled.
+	Seen(id string) bool
+	// Mark records id as handled.
+	Mark(id string)
+}
+
+// MemorySeen is a Seen in memory, enough for the example.
+type MemorySeen struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// NewMemorySeen returns an empty MemorySeen.
+func NewMemorySeen() *MemorySeen { return &MemorySeen{ids: map[string]bool{}} }
+
+// Seen reports whether id was handled.
+func (m *MemorySeen) Seen(id string) bool { m.mu.Lock(); defer m.mu.Unlock(); return m.ids[id] }
+
+// Mark records id as handled.
+func (m *MemorySeen) Mark(id string) { m.mu.Lock(); defer m.mu.Unlock(); m.ids[id] = true }
+
+// Run consumes OrderCreated events with the durable consumer named durable until
+// ctx ends. handle is called once per event; when it fails the event is naked
+// and comes again. Events already seen are acked without calling handle.
+func Run(ctx context.Context, js jetstream.JetStream, durable string, seen Seen, handle func(context.Context, events.OrderCreated) error) error {
+	cons, err := js.CreateOrUpdateConsumer(ctx, events.EventStream, jetstream.ConsumerConfig{
+		Durable:       durable,
+		FilterSubject: events.KindSubjects(events.KindCreated),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       30 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", durable, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var ev events.Event[events.OrderCreated]
+		if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Type != events.OrderCreatedType {
+			// Not an event this service understands (a newer version, say): skip it.
+			_ = m.Ack()
+			return
+		}
+		if seen.Seen(ev.ID) {
+			_ = m.Ack() // a redelivery of an event already handled
+			return
+		}
+		if err := handle(ctx, ev.Data); err != nil {
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		seen.Mark(ev.ID)
+		_ = m.DoubleAck(ctx) // ack after the work is done; confirmed by the server
+	})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	cc.Drain()
+	<-cc.Closed()
+	return ctx.Err()
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// TestConsumerGetsEveryOrderOnce runs the example against a real orderly: every
+// created order reaches the handler exactly once, a failing handler gets the
+// event again, rejections and replays do not reach it, and a restarted consumer
+// does not see handled events again.
+func TestConsumerGetsEveryOrderOnce(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	js := inst.JetStream(t)
+
+	var mu sync.Mutex
+	handled := map[string]int{}
+	failedOnce := false
+	handle := func(_ context.Context, o events.OrderCreated) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if o.CustomerID == "c-flaky" && !failedOnce {
+			failedOnce = true
+			return errors.New("billing is down")
+		}
+		handled[o.OrderID]++
+		return nil
+	}
+	seen := NewMemorySeen()
+	run := func() (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = Run(ctx, js, "test-billing", seen, handle) }()
+		return func() { cancel(); <-done }
+	}
+	stop := run()
+
+	want := map[string]bool{}
+	for i := 0; i < 20; i++ {
+		customer := "c-" + strconv.Itoa(i)
+		if i == 7 {
+			customer = "c-flaky"
+		}
+		r := inst.PostOrder(t, "consumer-"+strconv.Itoa(i), orderlytest.Order(customer))
+		if r.Status != http.StatusCreated {
+			t.Fatalf("order %d: %d", i, r.Status)
+		}
+		want[r.JSON(t)["id"].(string)] = true
+		inst.PostOrder(t, "consumer-"+strconv.Itoa(i), orderlytest.Order(customer)) // a replay: no new event
+	}
+	inst.PostOrder(t, "consumer-rejected", []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":3}`))
+
+	orderlytest.Eventually(t, 15*time.Second, "every order handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == len(want)
+	})
+	stop()
+	// A restarted consumer continues where it acked: nothing comes twice.
+	stop = run()
+	inst.PostOrder(t, "consumer-late", orderlytest.Order("c-late"))
+	orderlytest.Eventually(t, 15*time.Second, "the late order", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == len(want)+1
+	})
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range handled {
+		if n != 1 {
+			t.Errorf("order %s handled %d times", id, n)
+		}
+	}
+	for id := range want {
+		if handled[id] != 1 {
+			t.Errorf("order %s not handled", id)
+		}
+	}
+	if !failedOnce {
+		t.Fatal("the flaky order never failed: the retry path was not exercised")
+	}
+}

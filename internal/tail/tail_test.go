@@ -1,0 +1,81 @@
+package tail_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+	"github.com/orderly-dev/orderly/internal/tail"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestTail(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	js := inst.JetStream(t)
+	ctx := context.Background()
+
+	var empty bytes.Buffer
+	if n, err := tail.Tail(ctx, js, tail.Options{}, &empty); err != nil || n != 0 || empty.Len() != 0 {
+		t.Fatalf("empty stream: %d %v %q", n, err, empty.String())
+	}
+	for i, body := range [][]byte{orderlytest.Order("c-1"), orderlytest.Order("c-2"),
+		[]byte(`{"customer_id":"c-3","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":5}`)} {
+		if r := inst.PostOrder(t, "tail-"+string(rune('a'+i)), body); r.Status != http.StatusCreated && r.Status != http.StatusUnprocessableEntity {
+			t.Fatalf("setup: %d", r.Status)
+		}
+	}
+
+	cases := []struct {
+		name  string
+		opts  tail.Options
+		lines int
+		want  string
+	}{
+		{"all", tail.Options{}, 3, "customer=c-2 total=49.90 EUR"},
+		{"created", tail.Options{Kind: events.KindCreated}, 2, "created"},
+		{"rejected", tail.Options{Kind: events.KindRejected}, 1, "reason=total_mismatch"},
+		{"json", tail.Options{JSON: true}, 3, `"specversion":"1.0"`},
+		{"since", tail.Options{Since: time.Hour}, 3, "created"},
+	}
+	for _, tc := range cases {
+		var out bytes.Buffer
+		n, err := tail.Tail(ctx, js, tc.opts, &out)
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if err != nil || n != tc.lines || len(lines) != tc.lines || !strings.Contains(out.String(), tc.want) {
+			t.Fatalf("%s: %d lines, %v:\n%s", tc.name, n, err, out.String())
+		}
+	}
+
+	// --follow prints new events as they come, until cancelled.
+	fctx, cancel := context.WithCancel(ctx)
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { _, err := tail.Tail(fctx, js, tail.Options{Follow: true, Kind: events.KindCreated}, &out); done <- err }()
+	inst.PostOrder(t, "tail-new", orderlytest.Order("c-new"))
+	orderlytest.Eventually(t, 10*time.Second, "the new event in the follow output", func() bool {
+		return strings.Contains(out.String(), "customer=c-new")
+	})
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("follow did not stop")
+	}
+	if got := strings.Count(out.String(), "\n"); got != 3 {
+		t.Fatalf("follow printed %d lines, want 3 (2 created before, 1 new):\n%s", got, out.String())
+	}
+}
