@@ -19,8 +19,12 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func TestTail(t *testing.T) {
 	t.Parallel()
@@ -64,7 +68,10 @@ func TestTail(t *testing.T) {
 	fctx, cancel := context.WithCancel(ctx)
 	var out syncBuffer
 	done := make(chan error, 1)
-	go func() { _, err := tail.Tail(fctx, js, tail.Options{Follow: true, Kind: events.KindCreated}, &out); done <- err }()
+	go func() {
+		_, err := tail.Tail(fctx, js, tail.Options{Follow: true, Kind: events.KindCreated}, &out)
+		done <- err
+	}()
 	inst.PostOrder(t, "tail-new", orderlytest.Order("c-new"))
 	orderlytest.Eventually(t, 10*time.Second, "the new event in the follow output", func() bool {
 		return strings.Contains(out.String(), "customer=c-new")
