@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -396,5 +397,103 @@ func TestReadsAndOperationalEndpoints(t *testing.T) {
 	}
 	if r := orderlytest.Do(t, http.MethodDelete, inst.URL+"/v1/orders", nil); r.Status != http.StatusMethodNotAllowed {
 		t.Fatalf("DELETE /v1/orders: %d", r.Status)
+	}
+}
+
+// TestLongPolling: GET ?wait= returns as soon as the order is decided, or the
+// current state at the deadline, and the waiters share the process's one watch
+// (no NATS consumer per waiting request).
+func TestLongPolling(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true, Projector: true}
+	cfg.API.Wait = 0
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	accepted := inst.PostOrder(t, "poll-1", orderlytest.Order("c-1"))
+	loc := accepted.Header.Get("Location")
+
+	// The deadline: the current state, after the wait.
+	start := time.Now()
+	r := orderlytest.Do(t, http.MethodGet, inst.URL+loc+"?wait=300ms", nil)
+	if r.Status != http.StatusOK || r.JSON(t)["status"] != "pending" || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("long poll at the deadline: %d %s after %s", r.Status, r.Body, time.Since(start))
+	}
+	if bad := orderlytest.Do(t, http.MethodGet, inst.URL+loc+"?wait=soon", nil); bad.Status != http.StatusBadRequest {
+		t.Fatalf("?wait=soon: %d", bad.Status)
+	}
+
+	consumers := func() int {
+		info, err := js.Stream(context.Background(), "KV_"+events.OrdersBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.CachedInfo().State.Consumers
+	}
+	before := consumers()
+	const waiters = 300
+	results := make(chan orderlytest.Response, waiters)
+	for i := 0; i < waiters; i++ {
+		go func() {
+			r, err := orderlytest.TryDo(http.MethodGet, inst.URL+loc+"?wait=20s", nil)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- r
+		}()
+	}
+	orderlytest.Eventually(t, 10*time.Second, "every long poll waiting", func() bool {
+		m := orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil)
+		return bytes.Contains(m.Body, []byte("orderly_waiters "+strconv.Itoa(waiters)+"\n"))
+	})
+	if during := consumers(); during != before {
+		t.Fatalf("%d consumers on the ORDERS bucket while %d requests wait, %d before: waiters must share one watch", during, waiters, before)
+	}
+
+	// A processor decides the order: every waiter returns at once with it.
+	pcfg := orderlytest.Config(t)
+	pcfg.Roles = server.Roles{Processor: true}
+	pcfg.NATSURL = inst.NATSURL()
+	decidedAt := time.Now()
+	orderlytest.Start(t, pcfg)
+	for i := 0; i < waiters; i++ {
+		select {
+		case r := <-results:
+			if r.Status != http.StatusOK || r.JSON(t)["status"] != "created" {
+				t.Fatalf("waiter %d: %d %s", i, r.Status, r.Body)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("waiter %d did not return after the decision", i)
+		}
+	}
+	t.Logf("%d waiters answered %s after the processor started", waiters, time.Since(decidedAt))
+	if el := time.Since(decidedAt); el > 10*time.Second {
+		t.Fatalf("waiters returned %s after the processor started", el)
+	}
+	// A decided order does not wait.
+	start = time.Now()
+	if r := orderlytest.Do(t, http.MethodGet, inst.URL+loc+"?wait=20s", nil); r.JSON(t)["status"] != "created" || time.Since(start) > 2*time.Second {
+		t.Fatalf("long poll of a decided order took %s", time.Since(start))
+	}
+}
+
+// TestPreferWaitIsCapped: the server honours wait=N up to --max-wait and says so.
+func TestPreferWaitIsCapped(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true, Projector: true}
+	cfg.API.Wait, cfg.API.MaxWait = 0, time.Second
+	inst := orderlytest.Start(t, cfg)
+	start := time.Now()
+	r := inst.PostOrder(t, "cap-1", orderlytest.Order("c-1"), "Prefer: wait=600")
+	if r.Status != http.StatusAccepted || r.Header.Get("Preference-Applied") != "wait=1" {
+		t.Fatalf("%d, Preference-Applied %q", r.Status, r.Header.Get("Preference-Applied"))
+	}
+	if el := time.Since(start); el < time.Second || el > 5*time.Second {
+		t.Fatalf("waited %s, want about the cap of 1s", el)
+	}
+	both := inst.PostOrder(t, "cap-2", orderlytest.Order("c-1"), "Prefer: respond-async, wait=1")
+	if both.Header.Get("Preference-Applied") != "respond-async, wait=1" {
+		t.Fatalf("Preference-Applied %q", both.Header.Get("Preference-Applied"))
 	}
 }

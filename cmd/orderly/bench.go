@@ -34,6 +34,8 @@ type BenchCmd struct {
 	JSON        bool          `name:"json" help:"Print the results as JSON on stdout (progress still goes to stderr)."`
 	Baseline    bool          `name:"baseline" help:"Also measure, in the same run, the ceiling (a bare gin handler in this binary doing the same HTTP and JSON work without NATS) and the raw JetStream synchronous publish rate on --nats-url, and print orderly's figures as ratios of them."`
 	NATSURL     string        `name:"nats-url" env:"ORDERLY_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS of the orderly under test, for the publish baseline."`
+	Waiters     int           `name:"waiters" help:"Instead of load: hold this many long polls (GET ?wait=) on one pending order and report what they cost the server (memory, goroutines) from its /metrics. Run the server with --roles api,projector so the order stays pending."`
+	Hold        time.Duration `name:"hold" default:"30s" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait)."`
 }
 
 type benchReport struct {
@@ -47,6 +49,9 @@ type benchReport struct {
 
 // Run runs the benchmark.
 func (c *BenchCmd) Run(g *globals) error {
+	if c.Waiters > 0 {
+		return c.runWaiters(g)
+	}
 	mix, err := bench.ParseMix(c.Mix)
 	if err != nil {
 		return err
@@ -108,6 +113,26 @@ func (c *BenchCmd) Run(g *globals) error {
 		return enc.Encode(rep)
 	}
 	printReport(os.Stdout, rep)
+	return nil
+}
+
+func (c *BenchCmd) runWaiters(g *globals) error {
+	fmt.Fprintf(os.Stderr, "holding %d long polls on %s\n", c.Waiters, c.URL)
+	res, err := bench.Waiters(g.ctx, bench.WaitersConfig{URL: strings.TrimRight(c.URL, "/"), Count: c.Waiters, Hold: c.Hold, Token: c.Token}, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	mib := func(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+	fmt.Printf("\n%s\n%s, %s\n\n", "orderly "+strings.Join(os.Args[1:], " "), machine(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("long polls waiting:   %d (all connected after %.1fs, %d errors)\n", res.Waiters, res.SecondsToConnect, res.Errors)
+	fmt.Printf("server RSS:           %s -> %s  (%.1f KiB per waiter)\n", mib(res.Before.RSSBytes), mib(res.During.RSSBytes), res.RSSPerWaiter/1024)
+	fmt.Printf("server heap in use:   %s -> %s  (%.1f KiB per waiter)\n", mib(res.Before.HeapInuseBytes), mib(res.During.HeapInuseBytes), res.HeapPerWaiter/1024)
+	fmt.Printf("server goroutines:    %.0f -> %.0f  (%.2f per waiter)\n", res.Before.Goroutines, res.During.Goroutines, res.GoroutinesPer)
 	return nil
 }
 

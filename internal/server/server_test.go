@@ -406,3 +406,65 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 	}
 	t.Logf("%d accepted orders survived the shutdown", len(accepted))
 }
+
+// TestAsyncAndSyncClientsGetEveryOrderOnce: a client that never waits
+// (respond-async, then long polling) and one that always waits both get every
+// order exactly once, retries included.
+func TestAsyncAndSyncClientsGetEveryOrderOnce(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	const n = 40
+	var wg sync.WaitGroup
+	ids := make([]string, 2*n)
+	for i := 0; i < 2*n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "client-" + strconv.Itoa(i)
+			async := i%2 == 0
+			var prefer []string
+			if async {
+				prefer = []string{"Prefer: respond-async"}
+			}
+			post := func() orderlytest.Response {
+				r, err := orderlytest.TryDo(http.MethodPost, inst.URL+"/v1/orders", orderlytest.Order("c-"+strconv.Itoa(i)),
+					append([]string{"Content-Type: application/json", "Idempotency-Key: " + key}, prefer...)...)
+				if err != nil {
+					t.Error(err)
+				}
+				return r
+			}
+			first := post()
+			loc := first.Header.Get("Location")
+			if async {
+				if first.Status != http.StatusAccepted {
+					t.Errorf("%s: %d, want 202", key, first.Status)
+					return
+				}
+				g, err := orderlytest.TryDo(http.MethodGet, inst.URL+loc+"?wait=10s", nil)
+				if err != nil || g.Status != http.StatusOK || !bytes.Contains(g.Body, []byte(`"status":"created"`)) {
+					t.Errorf("%s: long poll %d %s %v", key, g.Status, g.Body, err)
+					return
+				}
+			} else if first.Status != http.StatusCreated {
+				t.Errorf("%s: %d, want 201", key, first.Status)
+				return
+			}
+			// The client retries (it lost the answer): the same order.
+			if again := post(); again.Header.Get("Location") != loc {
+				t.Errorf("%s: retry points to %q, not %q", key, again.Header.Get("Location"), loc)
+			}
+			ids[i] = loc
+		}()
+	}
+	wg.Wait()
+	counts := orderlytest.CreatedByKey(t, inst.JetStream(t))
+	for i := 0; i < 2*n; i++ {
+		if c := counts[api.KeyHash(api.DefaultTenant, "client-"+strconv.Itoa(i))]; c != 1 {
+			t.Fatalf("client-%d: %d orders", i, c)
+		}
+	}
+	if len(counts) != 2*n {
+		t.Fatalf("%d keys with orders, want %d", len(counts), 2*n)
+	}
+}
