@@ -33,6 +33,15 @@ type EventStore interface {
 	Append(ctx context.Context, k events.Kind, orderID string, data []byte) error
 }
 
+// Hooks let tests inject faults into the handling of a command. Production
+// code leaves them nil.
+type Hooks struct {
+	// AfterClaim runs once the key is claimed for the command's order, before
+	// the decision is stored. An error fails this delivery (it is retried); a
+	// panic is a crash of the handler; blocking past the ack wait is a timeout.
+	AfterClaim func(ctx context.Context, cmd events.CreateOrder, delivered int) error
+}
+
 // createOrderHandler turns a CreateOrder command into OrderCreated or OrderRejected.
 type createOrderHandler struct {
 	claims     Claims
@@ -42,6 +51,7 @@ type createOrderHandler struct {
 	now        func() time.Time
 	logger     *slog.Logger
 	decided    func(kind events.Kind, reason string)
+	hooks      Hooks
 }
 
 // NewCreateOrderHandler returns the handler of CreateOrder. maxDeliver is the
@@ -75,8 +85,12 @@ func NewCreateOrderHandler(claims Claims, store EventStore, maxDeliver int, time
 
 // Handle processes one delivery of a command. Its contract with the router:
 //   - nil: the terminal event of the order is stored; the command may be acked;
-//   - a Permanent error: no retry can succeed; the command goes to the dead-letter stream;
-//   - any other error: retry later (the command is naked and redelivered).
+//   - a Permanent error: no retry can succeed; the command goes to the
+//     dead-letter stream (the router's poison middleware), and, when this
+//     order holds the key, an OrderRejected with reason processing_failed is
+//     stored first, so that the key has an answer (422 order_rejected);
+//   - any other error: retry later (the command is naked and redelivered);
+//     on the consumer's last delivery it is treated as permanent.
 //
 // Every step is idempotent, so a redelivery after a crash at any point resumes
 // the work: the claim of a redelivered command is its own (same order ID), and
@@ -88,25 +102,45 @@ func (h *createOrderHandler) Handle(msg *message.Message) error {
 	}
 	ctx, cancel := context.WithTimeout(msg.Context(), h.timeout)
 	defer cancel()
-	if err := h.handle(ctx, cmd); err != nil {
-		if !IsPermanent(err) && wm.Delivered(msg) >= h.maxDeliver {
-			return Permanent(fmt.Errorf("giving up after %d deliveries: %w", h.maxDeliver, err))
-		}
+	delivered := wm.Delivered(msg)
+	holds, err := h.handle(ctx, cmd, delivered)
+	if err == nil {
+		return nil
+	}
+	if !IsPermanent(err) && delivered < h.maxDeliver {
 		return err
 	}
-	return nil
+	err = fmt.Errorf("giving up on %s after %d deliveries: %w", cmd.OrderID, delivered, err)
+	if holds {
+		kind, data := reject(cmd, h.now(), events.ReasonProcessingFailed, "", "the order could not be processed; use a new idempotency key to try again")
+		if aerr := h.store.Append(ctx, kind, cmd.OrderID, data); aerr != nil {
+			h.logger.Error("dead-lettering a command whose key stays pending", "order_id", cmd.OrderID, "err", errors.Join(err, aerr))
+		} else {
+			h.decided(kind, events.ReasonProcessingFailed)
+		}
+	}
+	h.logger.Error("command dead-lettered", "order_id", cmd.OrderID, "err", err)
+	return Permanent(err)
 }
 
-func (h *createOrderHandler) handle(ctx context.Context, cmd events.CreateOrder) error {
+// handle claims the key and stores the decision. holds reports whether the
+// order holds the key (so that a failure may store a rejection for it).
+func (h *createOrderHandler) handle(ctx context.Context, cmd events.CreateOrder, delivered int) (holds bool, err error) {
 	claim := projections.Result{State: projections.StatePending, OrderID: cmd.OrderID, Fingerprint: cmd.Fingerprint}
 	holder, won, err := h.claims.Claim(ctx, cmd.KeyHash, claim)
 	if err != nil {
-		return fmt.Errorf("claim key of %s: %w", cmd.OrderID, err)
+		return false, fmt.Errorf("claim key of %s: %w", cmd.OrderID, err)
+	}
+	holds = won || holder.OrderID == cmd.OrderID // ours, or ours from an earlier delivery
+	if holds && h.hooks.AfterClaim != nil {
+		if err := h.hooks.AfterClaim(ctx, cmd, delivered); err != nil {
+			return true, err
+		}
 	}
 	var kind events.Kind
 	var data []byte
 	switch {
-	case won || holder.OrderID == cmd.OrderID: // ours, or ours from an earlier delivery
+	case holds:
 		kind, data = Decide(cmd, h.now())
 	case holder.Fingerprint == cmd.Fingerprint:
 		kind, data = reject(cmd, h.now(), events.ReasonDuplicate, holder.OrderID,
@@ -116,10 +150,10 @@ func (h *createOrderHandler) handle(ctx context.Context, cmd events.CreateOrder)
 			fmt.Sprintf("the idempotency key already belongs to order %s with a different request", holder.OrderID))
 	}
 	if err := h.store.Append(ctx, kind, cmd.OrderID, data); err != nil {
-		return fmt.Errorf("store %s event of %s: %w", kind, cmd.OrderID, err)
+		return holds, fmt.Errorf("store %s event of %s: %w", kind, cmd.OrderID, err)
 	}
 	h.decided(kind, "")
-	return nil
+	return holds, nil
 }
 
 func decodeCommand(b []byte) (events.CreateOrder, error) {

@@ -45,6 +45,8 @@ type Config struct {
 	MaxDeliver int
 	// Timeout bounds the NATS calls of one delivery.
 	Timeout time.Duration
+	// Hooks inject faults in tests; nil in production.
+	Hooks Hooks
 }
 
 // DefaultConfig is the configuration of the standalone processor.
@@ -98,6 +100,7 @@ func New(cfg Config, js jetstream.JetStream, claims Claims, logger *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
+	h.hooks = cfg.Hooks
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.AckWait}, wlog)
 	if err != nil {
 		return nil, err
