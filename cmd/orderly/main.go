@@ -30,13 +30,14 @@ type CLI struct {
 	LogLevel  slog.Level `name:"log-level" env:"ORDERLY_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn or error."`
 	LogFormat string     `name:"log-format" env:"ORDERLY_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
 
-	Serve     ServeCmd   `cmd:"" help:"Run API, processor and projector in one process, with an embedded NATS server unless --nats-url is set."`
-	API       RoleCmd    `cmd:"" name:"api" help:"Run only the HTTP API against a NATS cluster (--nats-url)."`
-	Processor RoleCmd    `cmd:"" help:"Run only the processor (CreateOrder -> events) against a NATS cluster (--nats-url)."`
-	Projector RoleCmd    `cmd:"" help:"Run only the projector (events -> read models) against a NATS cluster (--nats-url)."`
-	Events    EventsCmd  `cmd:"" help:"Read the order events: tail."`
-	Bench     BenchCmd   `cmd:"" help:"Load an orderly API over HTTP and report throughput and latency; --baseline adds the ceiling and the raw JetStream rate."`
-	Version   VersionCmd `cmd:"" help:"Print the version."`
+	Serve       ServeCmd       `cmd:"" help:"Run API, processor and projector in one process, with an embedded NATS server unless --nats-url is set."`
+	API         RoleCmd        `cmd:"" name:"api" help:"Run only the HTTP API against a NATS cluster (--nats-url)."`
+	Processor   RoleCmd        `cmd:"" help:"Run only the processor (CreateOrder -> events) against a NATS cluster (--nats-url)."`
+	Projector   RoleCmd        `cmd:"" help:"Run only the projector (events -> read models) against a NATS cluster (--nats-url)."`
+	Events      EventsCmd      `cmd:"" help:"Read the order events: tail."`
+	Projections ProjectionsCmd `cmd:"" help:"Operate the read models: rebuild."`
+	Bench       BenchCmd       `cmd:"" help:"Load an orderly API over HTTP and report throughput and latency; --baseline adds the ceiling and the raw JetStream rate."`
+	Version     VersionCmd     `cmd:"" help:"Print the version."`
 
 	BenchCeilingServer CeilingServerCmd `cmd:"" name:"bench-ceiling-server" hidden:"" help:"Serve the bare gin ceiling handler (used by bench --baseline)."`
 }

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/orderly-dev/orderly/projections"
+)
+
+// ProjectionsCmd groups the read-model tools.
+type ProjectionsCmd struct {
+	Rebuild RebuildCmd `cmd:"" help:"Recompute ORDERS and ORDER_RESULTS from ORDER_EVENTS: write what is missing or different, remove what no event calls for. Safe while orderly runs."`
+}
+
+// RebuildCmd is orderly projections rebuild.
+type RebuildCmd struct {
+	NATSURL string `name:"nats-url" env:"ORDERLY_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS of orderly."`
+	DryRun  bool   `name:"dry-run" help:"Only compare: report the differences, change nothing. Exits 1 when the read models differ."`
+	JSON    bool   `name:"json" help:"Print the report as JSON."`
+}
+
+// Run rebuilds.
+func (c *RebuildCmd) Run(g *globals) error {
+	nc, err := nats.Connect(c.NATSURL, nats.Name("orderly-rebuild"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	store, err := projections.OpenStore(g.ctx, js)
+	if err != nil {
+		return err
+	}
+	var bar *progressbar.ProgressBar
+	rep, err := projections.Rebuild(g.ctx, js, store, projections.RebuildOptions{
+		DryRun: c.DryRun, MaxDifferences: 20,
+		Progress: func(done, total uint64) {
+			if bar == nil {
+				bar = progressbar.NewOptions64(int64(total), progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionSetDescription("events"), progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond))
+			}
+			_ = bar.Set64(int64(done))
+		},
+	})
+	if bar != nil {
+		_ = bar.Finish()
+		fmt.Fprintln(os.Stderr)
+	}
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		fmt.Printf("events read:        %d\n", rep.Events)
+		fmt.Printf("records called for: %d orders, %d results\n", rep.Orders, rep.Results)
+		fmt.Printf("missing:            %d\ndifferent:          %d\nstale:              %d\n", rep.Missing, rep.Different, rep.Stale)
+		if !c.DryRun {
+			fmt.Printf("written:            %d\nremoved:            %d\n", rep.Written, rep.Removed)
+		}
+		for _, d := range rep.Differences {
+			fmt.Println("  ", d)
+		}
+	}
+	if c.DryRun && !rep.Equal() {
+		return errors.New("the read models differ from the events")
+	}
+	return nil
+}
