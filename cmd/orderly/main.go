@@ -36,6 +36,7 @@ type CLI struct {
 	Projector   RoleCmd        `cmd:"" help:"Run only the projector (events -> read models) against a NATS cluster (--nats-url)."`
 	Events      EventsCmd      `cmd:"" help:"Read the order events: tail."`
 	Projections ProjectionsCmd `cmd:"" help:"Operate the read models: rebuild."`
+	Check       CheckCmd       `cmd:"" help:"Run a fault-finding workload against an orderly and verify that nothing was lost or duplicated; exits 1 on any violation."`
 	Bench       BenchCmd       `cmd:"" help:"Load an orderly API over HTTP and report throughput and latency; --baseline adds the ceiling and the raw JetStream rate."`
 	Version     VersionCmd     `cmd:"" help:"Print the version."`
 

@@ -1,0 +1,294 @@
+package check
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/events"
+)
+
+// storedEvent is what the checker needs from an event.
+type storedEvent struct {
+	Type        string
+	OrderID     string
+	KeyHash     string
+	Fingerprint string
+	Reason      string
+	HoldsKey    bool
+}
+
+// readEvents reads the events stored since start whose customer is this run's.
+func readEvents(ctx context.Context, url string, since time.Time, customer string) ([]storedEvent, error) {
+	nc, err := nats.Connect(url, nats.Name("orderly-check"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.EventSubjects}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
+	})
+	if err != nil {
+		return nil, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []storedEvent
+	if info.NumPending == 0 {
+		return out, nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return nil, err
+		}
+		var ev events.RawEvent
+		if err := json.Unmarshal(m.Data(), &ev); err == nil {
+			switch ev.Type {
+			case events.OrderCreatedType:
+				var d events.OrderCreated
+				if json.Unmarshal(ev.Data, &d) == nil && d.CustomerID == customer {
+					out = append(out, storedEvent{Type: ev.Type, OrderID: d.OrderID, KeyHash: d.IdempotencyKeyHash, Fingerprint: d.RequestFingerprint, HoldsKey: true})
+				}
+			case events.OrderRejectedType:
+				var d events.OrderRejected
+				if json.Unmarshal(ev.Data, &d) == nil && d.Request.CustomerID == customer {
+					out = append(out, storedEvent{Type: ev.Type, OrderID: d.OrderID, KeyHash: d.IdempotencyKeyHash, Fingerprint: d.RequestFingerprint, Reason: d.Reason, HoldsKey: d.HoldsKey()})
+				}
+			}
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, err
+		}
+		if md.NumPending == 0 {
+			return out, nil
+		}
+	}
+}
+
+// Violation is one broken promise.
+type Violation struct {
+	Rule   string `json:"rule"`
+	Key    string `json:"key,omitempty"`
+	Detail string `json:"detail"`
+}
+
+// Report is the outcome of a check run.
+type Report struct {
+	Seconds    float64            `json:"seconds"`
+	Orders     int                `json:"orders"`
+	Scenarios  map[string]int     `json:"scenarios"`
+	Requests   int                `json:"requests"`
+	Outcomes   map[string]int     `json:"outcomes"`
+	LatencyMS  map[string]float64 `json:"latency_ms"`
+	Events     int                `json:"events"`
+	Violations []Violation        `json:"violations"`
+	Details    []*Order           `json:"orders_detail,omitempty"`
+}
+
+// OK reports whether no promise was broken.
+func (r *Report) OK() bool { return len(r.Violations) == 0 }
+
+// The rules the checker enforces.
+const (
+	RuleOneOrder     = "every accepted key has exactly one order"
+	RuleNoSecond     = "no key has two orders"
+	RuleNoStray      = "no order for a key that was never sent"
+	RuleReplay       = "every replay is byte-identical to the first answer"
+	RuleChanged      = "a changed-payload retry gets 422 and creates nothing"
+	RuleReadable     = "every accepted order can be read back"
+	RuleAnswered     = "every client got an answer before the deadline"
+	maxViolationsPer = 20
+)
+
+func (r *runner) verify(evs []storedEvent, took time.Duration) *Report {
+	rep := &Report{Seconds: took.Seconds(), Orders: len(r.orders), Scenarios: map[string]int{}, Outcomes: map[string]int{}, Events: len(evs)}
+	perRule := map[string]int{}
+	violate := func(rule, key, format string, a ...any) {
+		if perRule[rule]++; perRule[rule] <= maxViolationsPer {
+			rep.Violations = append(rep.Violations, Violation{Rule: rule, Key: key, Detail: fmt.Sprintf(format, a...)})
+		}
+	}
+	byKey := map[string][]storedEvent{}
+	for _, e := range evs {
+		byKey[e.KeyHash] = append(byKey[e.KeyHash], e)
+	}
+	sent := map[string]bool{}
+	var lat []time.Duration
+	for _, o := range r.orders {
+		rep.Scenarios[string(o.Scenario)]++
+		hash := api.KeyHash(r.cfg.Tenant, o.Key)
+		sent[hash] = true
+		for _, a := range o.Attempts {
+			rep.Requests++
+			rep.Outcomes[outcome(a)]++
+			if a.Status != 0 {
+				lat = append(lat, a.Latency)
+			}
+		}
+		created, rejected, changedCreated := 0, 0, 0
+		for _, e := range byKey[hash] {
+			switch {
+			case e.Type == events.OrderCreatedType:
+				created++
+				if o.ChangedFP != "" && e.Fingerprint == o.ChangedFP {
+					changedCreated++
+				}
+			case e.HoldsKey:
+				rejected++
+			}
+		}
+		accepted, loc := o.accepted()
+		orders := created + rejected
+		if orders > 1 {
+			violate(RuleNoSecond, o.Key, "%d orders (%d created, %d rejected)", orders, created, rejected)
+		}
+		if accepted && orders != 1 {
+			violate(RuleOneOrder, o.Key, "accepted, but %d orders stored", orders)
+		}
+		if accepted && o.Scenario != Reject && created != 1 {
+			violate(RuleOneOrder, o.Key, "a valid order was accepted, %d OrderCreated stored", created)
+		}
+		if o.Scenario == Reject && created > 0 {
+			violate(RuleOneOrder, o.Key, "an order with a wrong total was created")
+		}
+		if !accepted && !o.ambiguous() && orders > 0 {
+			violate(RuleNoStray, o.Key, "never accepted, yet %d orders stored", orders)
+		}
+		if !accepted {
+			violate(RuleAnswered, o.Key, "no answer accepted the order: %s", o.summary())
+		}
+		// Replays: every final answer equals the first.
+		var first *Attempt
+		for i := range o.Attempts {
+			a := &o.Attempts[i]
+			if a.Changed || !(a.Status == http.StatusCreated || (a.Status == http.StatusUnprocessableEntity && a.Code == "order_rejected")) {
+				continue
+			}
+			if first == nil {
+				first = a
+				continue
+			}
+			if a.Status != first.Status || !bytes.Equal(a.body, first.body) || a.Location != first.Location {
+				violate(RuleReplay, o.Key, "answer %d %q differs from the first %d %q", a.Status, a.body, first.Status, first.body)
+			}
+		}
+		for _, a := range o.Attempts {
+			if a.Changed && a.Status != 0 && a.Status != http.StatusServiceUnavailable &&
+				!(a.Status == http.StatusUnprocessableEntity && a.Code == "idempotency_key_reused") {
+				violate(RuleChanged, o.Key, "changed payload got %d %s", a.Status, a.Code)
+			}
+		}
+		if changedCreated > 0 {
+			violate(RuleChanged, o.Key, "the changed payload created an order")
+		}
+		if accepted && loc != "" && o.ReadBack != "created" && o.ReadBack != "rejected" {
+			violate(RuleReadable, o.Key, "reading %s gave %q", loc, o.ReadBack)
+		}
+	}
+	for _, hash := range sortedKeys(byKey) {
+		if !sent[hash] {
+			violate(RuleNoStray, "", "%d order(s) stored for a key hash this run never sent: %s", len(byKey[hash]), hash)
+		}
+	}
+	for rule, n := range perRule {
+		if n > maxViolationsPer {
+			rep.Violations = append(rep.Violations, Violation{Rule: rule, Detail: fmt.Sprintf("%d more", n-maxViolationsPer)})
+		}
+	}
+	rep.LatencyMS = percentiles(lat)
+	rep.Details = r.orders
+	return rep
+}
+
+// ambiguous reports whether a request may have reached the server without an
+// answer (a drop, a transport error or a 503): an order may exist.
+func (o *Order) ambiguous() bool {
+	for _, a := range o.Attempts {
+		if a.Status == 0 || a.Status == http.StatusServiceUnavailable {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *Order) summary() string {
+	var parts []string
+	for _, a := range o.Attempts {
+		parts = append(parts, outcome(a))
+	}
+	return strings.Join(parts, " ")
+}
+
+func outcome(a Attempt) string {
+	switch {
+	case a.Dropped:
+		return "dropped"
+	case a.Status == 0:
+		return "no answer"
+	case a.Code != "":
+		return strconv.Itoa(a.Status) + " " + a.Code
+	case a.Replayed:
+		return strconv.Itoa(a.Status) + " replayed"
+	default:
+		return strconv.Itoa(a.Status)
+	}
+}
+
+func percentiles(d []time.Duration) map[string]float64 {
+	if len(d) == 0 {
+		return map[string]float64{}
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	at := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000 }
+	return map[string]float64{"p50": at(.5), "p95": at(.95), "p99": at(.99), "max": at(1)}
+}
+
+// Print writes the summary table.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "\n%d logical orders in %.1fs, %d requests, %d events checked\n\n", r.Orders, r.Seconds, r.Requests, r.Events)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\torders\t")
+	for _, s := range sortedKeys(r.Scenarios) {
+		fmt.Fprintf(tw, "%s\t%d\t\n", s, r.Scenarios[s])
+	}
+	fmt.Fprintln(tw, "\t\t")
+	fmt.Fprintln(tw, "requests by outcome\tcount\t")
+	for _, o := range sortedKeys(r.Outcomes) {
+		fmt.Fprintf(tw, "%s\t%d\t\n", o, r.Outcomes[o])
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nlatency ms: p50 %.2f  p95 %.2f  p99 %.2f  max %.2f\n", r.LatencyMS["p50"], r.LatencyMS["p95"], r.LatencyMS["p99"], r.LatencyMS["max"])
+	if r.OK() {
+		fmt.Fprintln(w, "\nviolations: none")
+		return
+	}
+	fmt.Fprintf(w, "\nviolations: %d\n", len(r.Violations))
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "  %s: %s %s\n", v.Rule, v.Key, v.Detail)
+	}
+}

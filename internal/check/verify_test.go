@@ -1,0 +1,62 @@
+package check
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/events"
+)
+
+// TestVerifyFindsEachViolation feeds the verifier made-up histories, one broken
+// promise each, and expects exactly that rule to fire.
+func TestVerifyFindsEachViolation(t *testing.T) {
+	t.Parallel()
+	created := func(key, fp string) storedEvent {
+		return storedEvent{Type: events.OrderCreatedType, KeyHash: api.KeyHash(api.DefaultTenant, key), Fingerprint: fp, HoldsKey: true}
+	}
+	ok201 := Attempt{Status: http.StatusCreated, Location: "/v1/orders/a", body: []byte(`{"id":"a"}`)}
+	cases := []struct {
+		name  string
+		order *Order
+		evs   []storedEvent
+		rule  string // "" for no violation
+	}{
+		{"clean", &Order{Key: "k", Scenario: Sync, Fingerprint: "fp", Attempts: []Attempt{ok201, {Status: http.StatusCreated, Replayed: true, Location: "/v1/orders/a", body: []byte(`{"id":"a"}`)}}, ReadBack: "created"},
+			[]storedEvent{created("k", "fp")}, ""},
+		{"two orders", &Order{Key: "k", Scenario: Sync, Attempts: []Attempt{ok201}, ReadBack: "created"},
+			[]storedEvent{created("k", "fp"), created("k", "fp")}, RuleNoSecond},
+		{"accepted but lost", &Order{Key: "k", Scenario: Async, Attempts: []Attempt{{Status: http.StatusAccepted, Location: "/v1/orders/a"}}, ReadBack: "created"},
+			nil, RuleOneOrder},
+		{"replay differs", &Order{Key: "k", Scenario: Sync, Attempts: []Attempt{ok201, {Status: http.StatusCreated, Location: "/v1/orders/a", body: []byte(`{"id":"b"}`)}}, ReadBack: "created"},
+			[]storedEvent{created("k", "fp")}, RuleReplay},
+		{"changed payload accepted", &Order{Key: "k", Scenario: Changed, ChangedFP: "fp2", Attempts: []Attempt{ok201, {Status: http.StatusCreated, Changed: true}}, ReadBack: "created"},
+			[]storedEvent{created("k", "fp")}, RuleChanged},
+		{"changed payload created an order", &Order{Key: "k", Scenario: Changed, ChangedFP: "fp2", Attempts: []Attempt{ok201, {Status: http.StatusUnprocessableEntity, Code: "idempotency_key_reused", Changed: true}}, ReadBack: "created"},
+			[]storedEvent{created("k", "fp2")}, RuleChanged},
+		{"not readable", &Order{Key: "k", Scenario: Sync, Attempts: []Attempt{ok201}, ReadBack: "not found"},
+			[]storedEvent{created("k", "fp")}, RuleReadable},
+		{"stray order", &Order{Key: "k", Scenario: Sync, Attempts: []Attempt{ok201}, ReadBack: "created"},
+			[]storedEvent{created("k", "fp"), created("never-sent", "fp")}, RuleNoStray},
+		{"order without an accept", &Order{Key: "k", Scenario: Sync, Attempts: []Attempt{{Status: http.StatusBadRequest}}},
+			[]storedEvent{created("k", "fp")}, RuleNoStray},
+		{"a dropped request may have made the order", &Order{Key: "k", Scenario: Drop, Attempts: []Attempt{{Dropped: true}, ok201}, ReadBack: "created"},
+			[]storedEvent{created("k", "fp")}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := &runner{cfg: Config{Tenant: api.DefaultTenant}, orders: []*Order{tc.order}}
+			rep := r.verify(tc.evs, time.Second)
+			var rules []string
+			for _, v := range rep.Violations {
+				rules = append(rules, v.Rule)
+			}
+			if tc.rule == "" && len(rules) > 0 || tc.rule != "" && !strings.Contains(strings.Join(rules, "|"), tc.rule) {
+				t.Fatalf("violations %q, want %q", rules, tc.rule)
+			}
+		})
+	}
+}

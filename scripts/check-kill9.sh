@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# kill -9 `orderly serve` in the middle of `orderly check`'s workload, restart it
+# on the same data dir, and let the checker verify that every order answered
+# 201 or 202 survived, once. Exits non-zero on any violation.
+#
+#   scripts/check-kill9.sh            # ~1 minute
+#   DURATION=60s scripts/check-kill9.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-15s}
+HTTP=${HTTP:-127.0.0.1:18080}
+NATS=${NATS:-127.0.0.1:14222}
+WORK=$(mktemp -d)
+BIN="$WORK/orderly"
+go build -o "$BIN" ./cmd/orderly
+
+PID=
+start() {
+  "$BIN" serve --data-dir "$WORK/data" --http-addr "$HTTP" --nats-listen "$NATS" --dedup-window 2s >>"$WORK/serve.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 1 150); do
+    if curl -fsS "http://$HTTP/readyz" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  echo "orderly serve did not get ready; log:"; tail -20 "$WORK/serve.log"; exit 1
+}
+cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null || true; }
+trap cleanup EXIT
+
+start
+echo "orderly serve (pid $PID) is up; starting the checker for $DURATION"
+"$BIN" check --url "http://$HTTP" --nats-url "nats://$NATS" --duration "$DURATION" \
+  --retry-delay 3s --settle 40s --report "$WORK/report.json" &
+CHECK=$!
+
+sleep 5
+printf "\nkill -9 %s\n" "$PID"
+kill -9 "$PID"; wait "$PID" 2>/dev/null || true
+sleep 1
+start
+printf "restarted on the same data dir (pid %s)\n" "$PID"
+
+status=0
+wait "$CHECK" || status=$?
+echo "report: $WORK/report.json"
+exit $status
