@@ -2,9 +2,9 @@ package processor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	gojson "github.com/goccy/go-json"
 	"log/slog"
 	"time"
 
@@ -158,7 +158,7 @@ func (h *createOrderHandler) handle(ctx context.Context, cmd events.CreateOrder,
 
 func decodeCommand(b []byte) (events.CreateOrder, error) {
 	var cmd events.CreateOrder
-	if err := json.Unmarshal(b, &cmd); err != nil {
+	if err := gojson.Unmarshal(b, &cmd); err != nil {
 		return cmd, fmt.Errorf("undecodable command: %w", err)
 	}
 	var errs []error
@@ -221,7 +221,7 @@ func reject(cmd events.CreateOrder, now time.Time, reason, duplicateOf, detail s
 }
 
 func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
+	b, err := gojson.Marshal(v)
 	if err != nil { // plain data: cannot happen
 		panic(err)
 	}

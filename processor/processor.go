@@ -76,6 +76,7 @@ func (c Config) Validate() error {
 type Processor struct {
 	router  *message.Router
 	handler *createOrderHandler
+	workers *wm.Workers
 }
 
 // New builds a processor that consumes and works through js.
@@ -113,9 +114,10 @@ func New(cfg Config, js jetstream.JetStream, claims Claims, logger *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	router.AddMiddleware(middleware.Recoverer, poison)
+	workers := wm.NewWorkers(cfg.Concurrency)
+	router.AddMiddleware(middleware.Recoverer, poison, workers.Middleware)
 	router.AddConsumerHandler("create-order", events.CommandStream, sub, h.Handle)
-	return &Processor{router: router, handler: h}, nil
+	return &Processor{router: router, handler: h, workers: workers}, nil
 }
 
 // OnDecided sets a callback run after each stored decision (for metrics).
@@ -128,7 +130,11 @@ func (p *Processor) Run(ctx context.Context) error { return p.router.Run(ctx) }
 func (p *Processor) Running() <-chan struct{} { return p.router.Running() }
 
 // Close stops taking commands and waits (up to the ack wait) for those in flight.
-func (p *Processor) Close() error { return p.router.Close() }
+func (p *Processor) Close() error {
+	err := p.router.Close()
+	p.workers.Stop()
+	return err
+}
 
 // JetStreamEvents is the EventStore on ORDER_EVENTS.
 type JetStreamEvents struct{ JS jetstream.JetStream }

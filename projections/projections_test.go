@@ -109,3 +109,21 @@ func TestFanoutKeepsLatest(t *testing.T) {
 		t.Fatalf("after Close: count %d, %d keys", f.count(), len(f.subs))
 	}
 }
+
+// TestRecordHeadersAreJSON: the hand-written headers decode to what was encoded,
+// whatever the strings hold.
+func TestRecordHeadersAreJSON(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"plain", `quo"te`, `back\slash`, "ctl\x01\x1f", "ünïcödé", ""} {
+		o := Order{Tenant: s, Status: StatusCreated, Body: []byte(`{"id":1}`)}
+		got, err := DecodeOrder(o.Encode())
+		if err != nil || got.Tenant != s || string(got.Body) != `{"id":1}` {
+			t.Fatalf("tenant %q: %+v %v", s, got, err)
+		}
+		r := Result{State: StatePending, OrderID: s, Fingerprint: s, Location: s, ContentType: s, Status: 201}
+		gr, err := DecodeResult(r.Encode())
+		if err != nil || gr.OrderID != s || gr.Location != s || gr.ContentType != s || gr.Status != 201 {
+			t.Fatalf("result %q: %+v %v", s, gr, err)
+		}
+	}
+}

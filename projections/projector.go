@@ -2,13 +2,13 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	gojson "github.com/goccy/go-json"
 
 	"github.com/orderly-dev/orderly/events"
 )
@@ -34,13 +34,13 @@ var ErrUnknownType = errors.New("unknown event type")
 // same bytes.
 func Project(data []byte) (Projection, error) {
 	var ev events.RawEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
+	if err := gojson.Unmarshal(data, &ev); err != nil {
 		return Projection{}, fmt.Errorf("decode event: %w", err)
 	}
 	switch ev.Type {
 	case events.OrderCreatedType:
 		var d events.OrderCreated
-		if err := json.Unmarshal(ev.Data, &d); err != nil {
+		if err := gojson.Unmarshal(ev.Data, &d); err != nil {
 			return Projection{}, fmt.Errorf("decode %s: %w", ev.Type, err)
 		}
 		o := CreatedOrder(d)
@@ -48,7 +48,7 @@ func Project(data []byte) (Projection, error) {
 		return Projection{OrderID: d.OrderID, Order: o, Key: d.IdempotencyKeyHash, Result: &r, At: ev.Time}, nil
 	case events.OrderRejectedType:
 		var d events.OrderRejected
-		if err := json.Unmarshal(ev.Data, &d); err != nil {
+		if err := gojson.Unmarshal(ev.Data, &d); err != nil {
 			return Projection{}, fmt.Errorf("decode %s: %w", ev.Type, err)
 		}
 		p := Projection{OrderID: d.OrderID, Order: RejectedOrder(d), Key: d.IdempotencyKeyHash, At: ev.Time}

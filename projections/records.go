@@ -2,10 +2,12 @@ package projections
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+
+	gojson "github.com/goccy/go-json"
 )
 
 // State is the state of a key in ORDER_RESULTS.
@@ -45,7 +47,29 @@ type Result struct {
 func (r Result) Completed() bool { return r.State == StateCompleted }
 
 // Encode is the bucket value of r.
-func (r Result) Encode() []byte { return encodeRecord(r, r.Body) }
+func (r Result) Encode() []byte {
+	b := make([]byte, 0, 160+len(r.Body))
+	b = append(b, `{"state":`...)
+	b = appendString(b, string(r.State))
+	b = append(b, `,"order_id":`...)
+	b = appendString(b, r.OrderID)
+	b = append(b, `,"fingerprint":`...)
+	b = appendString(b, r.Fingerprint)
+	if r.Status != 0 {
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(r.Status), 10)
+	}
+	if r.Location != "" {
+		b = append(b, `,"location":`...)
+		b = appendString(b, r.Location)
+	}
+	if r.ContentType != "" {
+		b = append(b, `,"content_type":`...)
+		b = appendString(b, r.ContentType)
+	}
+	b = append(b, "}\n"...)
+	return append(b, r.Body...)
+}
 
 // DecodeResult decodes a bucket value.
 func DecodeResult(b []byte) (Result, error) {
@@ -85,7 +109,15 @@ type Order struct {
 }
 
 // Encode is the bucket value of o.
-func (o Order) Encode() []byte { return encodeRecord(o, o.Body) }
+func (o Order) Encode() []byte {
+	b := make([]byte, 0, 64+len(o.Tenant)+len(o.Body))
+	b = append(b, `{"tenant":`...)
+	b = appendString(b, o.Tenant)
+	b = append(b, `,"status":`...)
+	b = appendString(b, string(o.Status))
+	b = append(b, "}\n"...)
+	return append(b, o.Body...)
+}
 
 // DecodeOrder decodes a bucket value.
 func DecodeOrder(b []byte) (Order, error) {
@@ -98,15 +130,23 @@ func DecodeOrder(b []byte) (Order, error) {
 	return o, nil
 }
 
-func encodeRecord(header any, body []byte) []byte {
-	h, err := json.Marshal(header)
-	if err != nil { // only strings and ints: cannot happen
-		panic(err)
+// appendString appends s as a JSON string. The header lines are written by
+// hand: they are on the hot path, and a general encoder costs more than the
+// rest of the record.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
 	}
-	out := make([]byte, 0, len(h)+1+len(body))
-	out = append(out, h...)
-	out = append(out, '\n')
-	return append(out, body...)
+	return append(b, '"')
 }
 
 func decodeRecord(b []byte, header any) (body []byte, err error) {
@@ -114,7 +154,7 @@ func decodeRecord(b []byte, header any) (body []byte, err error) {
 	if i < 0 {
 		return nil, errors.New("no header line")
 	}
-	if err := json.Unmarshal(b[:i], header); err != nil {
+	if err := gojson.Unmarshal(b[:i], header); err != nil {
 		return nil, err
 	}
 	return b[i+1:], nil

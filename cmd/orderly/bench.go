@@ -178,14 +178,18 @@ func (c *BenchCmd) runCeiling(ctx context.Context, cfg bench.Config) (bench.Resu
 func printReport(w io.Writer, rep benchReport) {
 	fmt.Fprintf(w, "\n%s\n%s, %s\n\n", rep.Command, rep.Machine, rep.Date)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\treq/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\trequests\terrors\tstatus\t")
+	fmt.Fprintln(tw, "target\treq/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\tserver CPU µs/req\trequests\terrors\tstatus\t")
 	for _, r := range rep.Results {
 		var st []string
 		for k, v := range r.Status {
 			st = append(st, fmt.Sprintf("%s:%d", k, v))
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%s\t\n", r.Name, r.PerSecond,
-			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, r.Requests, r.Errors, strings.Join(sorted(st), " "))
+		cpu := "-"
+		if r.ServerCPUPerRequest > 0 {
+			cpu = fmt.Sprintf("%.0f", r.ServerCPUPerRequest)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t%d\t%s\t\n", r.Name, r.PerSecond,
+			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, cpu, r.Requests, r.Errors, strings.Join(sorted(st), " "))
 	}
 	tw.Flush()
 	if len(rep.Ratios) > 0 {

@@ -16,6 +16,9 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
@@ -31,6 +34,10 @@ import (
 func BaselineHandler() http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	r.GET("/healthz", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", []byte(`{"status":"ok"}`)) })
 	r.POST("/v1/orders", func(c *gin.Context) {
 		key, kerr := api.ParseIdempotencyKey(c.Request.Header.Values("Idempotency-Key"))
 		if kerr != nil {

@@ -113,16 +113,21 @@ func (c Config) Validate() error {
 
 // Result is what a run measured.
 type Result struct {
-	Name      string          `json:"name"`
-	Requests  int             `json:"requests"`
-	Errors    int             `json:"errors"`
-	Seconds   float64         `json:"seconds"`
-	PerSecond float64         `json:"per_second"`
-	Latency   Percentiles     `json:"latency_ms"`
-	Status    map[string]int  `json:"status"`
-	Kinds     map[string]int  `json:"kinds,omitempty"`
-	FirstErr  string          `json:"first_error,omitempty"`
-	samples   []time.Duration `json:"-"`
+	Name      string         `json:"name"`
+	Requests  int            `json:"requests"`
+	Errors    int            `json:"errors"`
+	Seconds   float64        `json:"seconds"`
+	PerSecond float64        `json:"per_second"`
+	Latency   Percentiles    `json:"latency_ms"`
+	Status    map[string]int `json:"status"`
+	Kinds     map[string]int `json:"kinds,omitempty"`
+	FirstErr  string         `json:"first_error,omitempty"`
+	// ServerCPUPerRequest is the CPU the target process spent per request, in
+	// microseconds (from its process_cpu_seconds_total; 0 when it has none).
+	// Steadier than throughput on a shared machine, and it counts the work done
+	// in the background (processing) during the run too.
+	ServerCPUPerRequest float64         `json:"server_cpu_us_per_request,omitempty"`
+	samples             []time.Duration `json:"-"`
 }
 
 // Percentiles of latency, in milliseconds.
@@ -193,6 +198,9 @@ func Run(ctx context.Context, name string, cfg Config) (Result, error) {
 		r.prefer = "respond-async"
 	}
 	defer r.client.CloseIdleConnections()
+	if err := r.preflight(ctx); err != nil {
+		return Result{}, err
+	}
 	if cfg.Mix.Replay > 0 {
 		if err := r.prepareReplays(ctx); err != nil {
 			return Result{}, err
@@ -209,9 +217,39 @@ func Run(ctx context.Context, name string, cfg Config) (Result, error) {
 		lctx, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
+	cpu0 := r.serverCPU(ctx)
 	res := r.load(lctx, cfg.Requests, cfg.Progress)
 	res.Name = name
+	if cpu1 := r.serverCPU(ctx); cpu0 > 0 && cpu1 > cpu0 && res.Requests > 0 {
+		res.ServerCPUPerRequest = (cpu1 - cpu0) / float64(res.Requests) * 1e6
+	}
 	return res, nil
+}
+
+// serverCPU reads the target's process_cpu_seconds_total; 0 if it has none.
+func (r *run) serverCPU(ctx context.Context) float64 {
+	m, err := readMetrics(ctx, r.client, r.cfg.URL)
+	if err != nil {
+		return 0
+	}
+	return m.CPUSeconds
+}
+
+// preflight fails at once when the target does not answer.
+func (r *run) preflight(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.URL+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach %s: %w", r.cfg.URL, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s/healthz answered %d", r.cfg.URL, resp.StatusCode)
+	}
+	return nil
 }
 
 // prepareReplays creates the orders whose keys the replays use.

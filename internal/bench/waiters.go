@@ -35,6 +35,7 @@ type ServerMetrics struct {
 	HeapInuseBytes float64 `json:"heap_inuse_bytes"`
 	Goroutines     float64 `json:"goroutines"`
 	Waiters        float64 `json:"waiters"`
+	CPUSeconds     float64 `json:"cpu_seconds"`
 }
 
 // WaitersResult is what holding Count long polls cost the server.
@@ -198,5 +199,6 @@ func readMetrics(ctx context.Context, client *http.Client, url string) (ServerMe
 		HeapInuseBytes: get("go_memstats_heap_inuse_bytes"),
 		Goroutines:     get("go_goroutines"),
 		Waiters:        get("orderly_waiters"),
+		CPUSeconds:     get("process_cpu_seconds_total"),
 	}, nil
 }

@@ -202,7 +202,14 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	connect := func(name string) (*nats.Conn, error) {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		nc, err := natsx.Connect(cctx, cfg.NATSURL, s.ns, name, logger)
+		// The components reach an embedded server over loopback TCP when it
+		// listens: nats-server's in-process connection is a synchronous
+		// net.Pipe, measurably slower under load (docs/performance.md).
+		ns, url := s.ns, cfg.NATSURL
+		if s.ns != nil && cfg.NATSListen != "" {
+			ns, url = nil, s.ns.ClientURL()
+		}
+		nc, err := natsx.Connect(cctx, url, ns, name, logger)
 		if err == nil {
 			s.conns = append(s.conns, nc)
 		}
@@ -354,9 +361,10 @@ func (s *Server) startProjector(ctx context.Context, connect func(string) (*nats
 	if err != nil {
 		return err
 	}
-	r.AddMiddleware(middleware.Recoverer)
+	workers := wm.NewWorkers(s.cfg.ProjectorConcurrency)
+	r.AddMiddleware(middleware.Recoverer, workers.Middleware)
 	r.AddConsumerHandler("project", events.EventStream, sub, p.Handle)
-	return s.run(ctx, "projector", routerAdapter{r})
+	return s.run(ctx, "projector", routerAdapter{Router: r, after: workers.Stop})
 }
 
 func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, store *projections.Store) error {
@@ -527,10 +535,20 @@ func drain(ctx context.Context, nc *nats.Conn) error {
 	}
 }
 
-// routerAdapter gives a watermill router the router interface.
-type routerAdapter struct{ *message.Router }
+// routerAdapter gives a watermill router the router interface; after runs once
+// the router is closed.
+type routerAdapter struct {
+	*message.Router
+	after func()
+}
 
 func (r routerAdapter) Running() <-chan struct{} { return r.Router.Running() }
+
+func (r routerAdapter) Close() error {
+	err := r.Router.Close()
+	r.after()
+	return err
+}
 
 func newRouter(closeTimeout time.Duration, logger watermill.LoggerAdapter) (*message.Router, error) {
 	return message.NewRouter(message.RouterConfig{CloseTimeout: closeTimeout}, logger)

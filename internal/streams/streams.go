@@ -4,10 +4,10 @@ package streams
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -38,7 +38,7 @@ func OpenLog(ctx context.Context, js jetstream.JetStream) (*Log, error) {
 
 // Publish stores cmd on its subject with Nats-Msg-Id = cmd.KeyHash.
 func (l *Log) Publish(ctx context.Context, cmd events.CreateOrder) (app.Published, error) {
-	data, err := json.Marshal(cmd)
+	data, err := gojson.Marshal(cmd)
 	if err != nil {
 		return app.Published{}, err
 	}
@@ -61,7 +61,7 @@ func (l *Log) Command(ctx context.Context, seq uint64) (events.CreateOrder, erro
 		return events.CreateOrder{}, err
 	}
 	var cmd events.CreateOrder
-	if err := json.Unmarshal(m.Data, &cmd); err != nil {
+	if err := gojson.Unmarshal(m.Data, &cmd); err != nil {
 		return events.CreateOrder{}, fmt.Errorf("command at %d: %w", seq, err)
 	}
 	return cmd, nil
@@ -77,7 +77,7 @@ func (l *Log) FindCommand(ctx context.Context, orderID string) (events.CreateOrd
 		return events.CreateOrder{}, false, err
 	}
 	var cmd events.CreateOrder
-	if err := json.Unmarshal(m.Data, &cmd); err != nil {
+	if err := gojson.Unmarshal(m.Data, &cmd); err != nil {
 		return events.CreateOrder{}, false, fmt.Errorf("command of %s: %w", orderID, err)
 	}
 	return cmd, true, nil

@@ -9,8 +9,8 @@
 //
 // The ack contract:
 //   - up to Concurrency messages are in the router's hands at once;
-//   - a message is acked, and the ack confirmed by the server (DoubleAck), only
-//     after the handler returned nil;
+//   - a message is acked only after the handler returned nil (the ack is not
+//     confirmed: a lost ack is a redelivery, and handlers are idempotent);
 //   - a handler error naks it with a growing delay (Backoff);
 //   - at Close, messages fetched but not handed to the router are naked at once
 //     (redelivered immediately, to another instance or after a restart), and
@@ -232,11 +232,11 @@ func (s *Subscriber) dispatch(ctx context.Context, jm jetstream.Msg, out chan<- 
 func (s *Subscriber) settle(m *message.Message, jm jetstream.Msg) {
 	select {
 	case <-m.Acked():
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := jm.DoubleAck(ctx); err != nil {
-			// Not acked: the server redelivers after the ack wait and the
-			// idempotent handler does nothing new.
+		// The ack is not confirmed (no DoubleAck): it follows the stored work,
+		// and an ack that is lost makes the server redeliver after the ack
+		// wait, which the idempotent handler turns into nothing new. A
+		// confirmation would cost a reply per message for no guarantee.
+		if err := jm.Ack(); err != nil {
 			s.logger.Warn("ack failed", "consumer", s.cfg.Consumer, "subject", jm.Subject(), "err", err)
 		}
 	case <-m.Nacked():
@@ -295,4 +295,82 @@ func toMessage(jm jetstream.Msg) *message.Message {
 	m := message.NewMessage(id, jm.Data())
 	m.Metadata = md
 	return m
+}
+
+// Workers is a router middleware that runs handlers on n long-lived
+// goroutines instead of the router's goroutine per message. The router's
+// goroutines start with small stacks, and handlers that encode and decode JSON
+// grow them on every message; a pool's stacks grow once. A panic in a handler
+// becomes its error (the router's Recoverer cannot see other goroutines).
+type Workers struct {
+	jobs chan *job
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type job struct {
+	h    message.HandlerFunc
+	msg  *message.Message
+	out  []*message.Message
+	err  error
+	done chan struct{}
+}
+
+var jobPool = sync.Pool{New: func() any { return &job{done: make(chan struct{}, 1)} }}
+
+// NewWorkers starts n workers; Stop ends them.
+func NewWorkers(n int) *Workers {
+	w := &Workers{jobs: make(chan *job), stop: make(chan struct{})}
+	for i := 0; i < n; i++ {
+		w.wg.Add(1)
+		go w.work()
+	}
+	return w
+}
+
+func (w *Workers) work() {
+	defer w.wg.Done()
+	for {
+		select {
+		case j := <-w.jobs:
+			j.out, j.err = run(j.h, j.msg)
+			j.done <- struct{}{}
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+func run(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return h(msg)
+}
+
+// Middleware runs the handler on a worker.
+func (w *Workers) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		j := jobPool.Get().(*job)
+		j.h, j.msg = h, msg
+		select {
+		case w.jobs <- j:
+		case <-w.stop:
+			jobPool.Put(j)
+			return nil, errors.New("workers stopped")
+		}
+		<-j.done
+		out, err := j.out, j.err
+		j.h, j.msg, j.out, j.err = nil, nil, nil, nil
+		jobPool.Put(j)
+		return out, err
+	}
+}
+
+// Stop ends the workers once they finish their jobs.
+func (w *Workers) Stop() {
+	close(w.stop)
+	w.wg.Wait()
 }
