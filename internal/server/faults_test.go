@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
@@ -128,10 +130,13 @@ func TestPoisonCommandIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := dlq.GetLastMsgForSubject(context.Background(), events.DeadLetterSubject)
-	if err != nil {
-		t.Fatalf("nothing in the dead-letter stream: %v", err)
-	}
+	// The answer comes from the stored rejection; the dead letter is written
+	// right after it, when the handler returns.
+	var m *jetstream.RawStreamMsg
+	orderlytest.Eventually(t, 10*time.Second, "the dead letter", func() bool {
+		m, err = dlq.GetLastMsgForSubject(context.Background(), events.DeadLetterSubject)
+		return err == nil
+	})
 	if reason := m.Header.Get("reason_poisoned"); !strings.Contains(reason, "the warehouse rejects this customer") {
 		t.Fatalf("dead letter reason %q", reason)
 	}
