@@ -378,7 +378,12 @@ func TestReadsAndOperationalEndpoints(t *testing.T) {
 		!bytes.HasPrefix(evs.Body, []byte(`[{"specversion":"1.0","id":"`+id+`.created"`)) {
 		t.Fatalf("events: %d %s", evs.Status, evs.Body)
 	}
-	for _, path := range []string{"/v1/orders/ord_01M8MDT443JPW9458J298TZP0M", "/v1/orders/not-an-id", "/v1/orders/not-an-id/events"} {
+	seq, nonce, _ := events.ParseOrderID(id)
+	for _, path := range []string{
+		"/v1/orders/" + events.OrderID(seq+1000, nonce),      // a well-formed ID never accepted
+		"/v1/orders/" + events.OrderID(seq, "N0NCE0000000A"), // the right sequence, a wrong nonce
+		"/v1/orders/not-an-id", "/v1/orders/not-an-id/events",
+	} {
 		r := orderlytest.Do(t, http.MethodGet, inst.URL+path, nil)
 		if r.Status != http.StatusNotFound || r.Problem(t)["code"] != "not_found" {
 			t.Fatalf("GET %s: %d %s", path, r.Status, r.Body)
@@ -424,11 +429,15 @@ func TestLongPolling(t *testing.T) {
 	}
 
 	consumers := func() int {
-		info, err := js.Stream(context.Background(), "KV_"+events.OrdersBucket)
-		if err != nil {
-			t.Fatal(err)
+		n := 0
+		for _, name := range []string{events.EventStream, "KV_" + events.ResultsBucket} {
+			info, err := js.Stream(context.Background(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += info.CachedInfo().State.Consumers
 		}
-		return info.CachedInfo().State.Consumers
+		return n
 	}
 	before := consumers()
 	const waiters = 300
@@ -447,7 +456,7 @@ func TestLongPolling(t *testing.T) {
 		return bytes.Contains(m.Body, []byte("orderly_waiters "+strconv.Itoa(waiters)+"\n"))
 	})
 	if during := consumers(); during != before {
-		t.Fatalf("%d consumers on the ORDERS bucket while %d requests wait, %d before: waiters must share one watch", during, waiters, before)
+		t.Fatalf("%d consumers on ORDER_EVENTS and ORDER_RESULTS while %d requests wait, %d before: waiters must share one watch", during, waiters, before)
 	}
 
 	// A processor decides the order: every waiter returns at once with it.

@@ -56,14 +56,16 @@ func (r OrderRequest) Sum() (int64, error) {
 // CreateOrderType is the type of the CreateOrder command, version 1.
 const CreateOrderType = "orderly.command.create_order.v1"
 
-// CreateOrder is the command the API publishes on CommandSubject(OrderID), with
-// the hashed idempotency key as Nats-Msg-Id. It is internal to orderly, but
-// documented here because the dead-letter stream holds it.
+// CreateOrder is the command the API publishes on CommandSubject, with the
+// hashed idempotency key as Nats-Msg-Id. It is internal to orderly, but
+// documented here because the dead-letter stream holds it. Its order's ID is
+// OrderID(its stream sequence, Nonce).
 type CreateOrder struct {
 	// Type is CreateOrderType.
 	Type string `json:"type"`
-	// OrderID is the ID the API assigned when it accepted the request.
-	OrderID string `json:"order_id"`
+	// Nonce is random (NonceLen characters of Crockford base32); with the
+	// command's stream sequence it makes the order ID.
+	Nonce string `json:"nonce"`
 	// Tenant owns the order; idempotency keys are scoped by tenant.
 	Tenant string `json:"tenant"`
 	// KeyHash is the hashed tenant-scoped idempotency key (base64url SHA-256).

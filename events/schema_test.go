@@ -121,7 +121,7 @@ func TestSchemasMatchEveryDecision(t *testing.T) {
 	t.Parallel()
 	total, wrong := int64(20), int64(21)
 	base := events.CreateOrder{
-		Type: events.CreateOrderType, OrderID: "ord_01M8MDT443JPW9458J298TZP0M", Tenant: "t", KeyHash: "k", Fingerprint: "f",
+		Type: events.CreateOrderType, Nonce: "N0NCE0000000A", Tenant: "t", KeyHash: "k", Fingerprint: "f",
 		AcceptedAt: time.Now(), Request: events.OrderRequest{CustomerID: "c", Currency: "EUR",
 			Items: []events.Item{{SKU: "a", Quantity: 2, UnitPrice: 10}}},
 	}
@@ -132,7 +132,7 @@ func TestSchemasMatchEveryDecision(t *testing.T) {
 	} {
 		cmd := base
 		mutate(&cmd)
-		_, data := processor.Decide(cmd, time.Now())
+		_, data := processor.Decide(cmd, events.OrderID(42, cmd.Nonce), time.Now())
 		t.Run(name, func(t *testing.T) { check(t, data) })
 	}
 }

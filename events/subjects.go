@@ -17,16 +17,14 @@ const (
 	// ResultsBucket maps a hashed, tenant-scoped idempotency key to its claim and,
 	// once the order is decided, to the stored HTTP response.
 	ResultsBucket = "ORDER_RESULTS"
-	// OrdersBucket maps an order ID to the order read model.
-	OrdersBucket = "ORDERS"
 )
 
 // Subjects.
 const (
-	// CommandSubjectPrefix is followed by the order ID: orders.commands.create.<order_id>.
-	CommandSubjectPrefix = "orders.commands.create."
-	// CommandSubjects matches every command.
-	CommandSubjects = "orders.commands.create.>"
+	// CommandSubject is the one subject of every CreateOrder command. (One
+	// subject, not one per order: a subject per order would cost the server
+	// memory for each, and an order ID already leads to its command, see OrderID.)
+	CommandSubject = "orders.commands.create"
 	// DeadLetterSubject is where dead-lettered commands go, with the header
 	// reason_poisoned saying why.
 	DeadLetterSubject = "orders.dlq.create"
@@ -48,9 +46,6 @@ const (
 	KindRejected Kind = "rejected"
 )
 
-// CommandSubject is the subject a CreateOrder command for orderID is published on.
-func CommandSubject(orderID string) string { return CommandSubjectPrefix + orderID }
-
 // EventSubject is the subject of an event of kind k about orderID, for example
 // orders.events.created.ord_01J9Z3N8K1W6XG2S7Q4V5T0R8M.
 func EventSubject(k Kind, orderID string) string {
@@ -66,19 +61,66 @@ func OrderSubjects(orderID string) string { return EventSubjectPrefix + "*." + o
 // OrderIDPrefix starts every order ID.
 const OrderIDPrefix = "ord_"
 
-// ValidOrderID reports whether id has the form of an order ID: "ord_" followed by
-// 26 characters of Crockford base32 (a ULID). Such an ID is a single NATS subject
-// token and a valid key-value key.
+// An order ID is "ord_", the stream sequence of the order's command in
+// ORDER_COMMANDS (13 characters of Crockford base32, so IDs sort by arrival),
+// and the command's nonce (13 random characters): 30 characters in all, for
+// example ord_00000000001Z4A8K2M9QX7RT3. The sequence makes the command of a
+// pending order one direct read away; the nonce makes IDs unguessable and
+// unique even across a recreated stream. An ID is a single NATS subject token
+// and a valid key-value key.
+const (
+	seqLen   = 13
+	NonceLen = 13
+)
+
+// OrderID is the ID of the order whose command is stored at seq with nonce.
+func OrderID(seq uint64, nonce string) string {
+	b := make([]byte, 0, len(OrderIDPrefix)+seqLen+len(nonce))
+	b = append(b, OrderIDPrefix...)
+	for i := seqLen - 1; i >= 0; i-- {
+		b = append(b, crockford[(seq>>(5*uint(i)))&31])
+	}
+	return string(append(b, nonce...))
+}
+
+// ParseOrderID splits an order ID into its command's stream sequence and nonce.
+func ParseOrderID(id string) (seq uint64, nonce string, ok bool) {
+	if len(id) != len(OrderIDPrefix)+seqLen+NonceLen || !strings.HasPrefix(id, OrderIDPrefix) {
+		return 0, "", false
+	}
+	body := id[len(OrderIDPrefix):]
+	for i := 0; i < seqLen; i++ {
+		v := strings.IndexByte(crockford, body[i])
+		if v < 0 || (i == 0 && v > 15) { // 13 characters hold 65 bits; the first holds 4
+			return 0, "", false
+		}
+		seq = seq<<5 | uint64(v)
+	}
+	nonce = body[seqLen:]
+	if !ValidNonce(nonce) {
+		return 0, "", false
+	}
+	return seq, nonce, true
+}
+
+// ValidOrderID reports whether id has the form of an order ID.
 func ValidOrderID(id string) bool {
-	if len(id) != len(OrderIDPrefix)+26 || !strings.HasPrefix(id, OrderIDPrefix) {
+	_, _, ok := ParseOrderID(id)
+	return ok
+}
+
+// ValidNonce reports whether n is NonceLen characters of Crockford base32.
+func ValidNonce(n string) bool {
+	if len(n) != NonceLen {
 		return false
 	}
-	for _, c := range id[len(OrderIDPrefix):] {
-		if !strings.ContainsRune(crockford, c) {
+	for i := 0; i < len(n); i++ {
+		if strings.IndexByte(crockford, n[i]) < 0 {
 			return false
 		}
 	}
 	return true
 }
 
+// Crockford is the alphabet of order IDs: Crockford base32, upper case.
 const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"

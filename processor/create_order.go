@@ -100,38 +100,43 @@ func (h *createOrderHandler) Handle(msg *message.Message) error {
 	if err != nil {
 		return Permanent(err)
 	}
+	seq := wm.StreamSeq(msg)
+	if seq == 0 {
+		return Permanent(errors.New("command without a stream sequence"))
+	}
+	orderID := events.OrderID(seq, cmd.Nonce)
 	ctx, cancel := context.WithTimeout(msg.Context(), h.timeout)
 	defer cancel()
 	delivered := wm.Delivered(msg)
-	holds, err := h.handle(ctx, cmd, delivered)
+	holds, err := h.handle(ctx, cmd, orderID, delivered)
 	if err == nil {
 		return nil
 	}
 	if !IsPermanent(err) && delivered < h.maxDeliver {
 		return err
 	}
-	err = fmt.Errorf("giving up on %s after %d deliveries: %w", cmd.OrderID, delivered, err)
+	err = fmt.Errorf("giving up on %s after %d deliveries: %w", orderID, delivered, err)
 	if holds {
-		kind, data := reject(cmd, h.now(), events.ReasonProcessingFailed, "", "the order could not be processed; use a new idempotency key to try again")
-		if aerr := h.store.Append(ctx, kind, cmd.OrderID, data); aerr != nil {
-			h.logger.Error("dead-lettering a command whose key stays pending", "order_id", cmd.OrderID, "err", errors.Join(err, aerr))
+		kind, data := reject(cmd, orderID, h.now(), events.ReasonProcessingFailed, "", "the order could not be processed; use a new idempotency key to try again")
+		if aerr := h.store.Append(ctx, kind, orderID, data); aerr != nil {
+			h.logger.Error("dead-lettering a command whose key stays pending", "order_id", orderID, "err", errors.Join(err, aerr))
 		} else {
 			h.decided(kind, events.ReasonProcessingFailed)
 		}
 	}
-	h.logger.Error("command dead-lettered", "order_id", cmd.OrderID, "err", err)
+	h.logger.Error("command dead-lettered", "order_id", orderID, "err", err)
 	return Permanent(err)
 }
 
 // handle claims the key and stores the decision. holds reports whether the
 // order holds the key (so that a failure may store a rejection for it).
-func (h *createOrderHandler) handle(ctx context.Context, cmd events.CreateOrder, delivered int) (holds bool, err error) {
-	claim := projections.Result{State: projections.StatePending, OrderID: cmd.OrderID, Fingerprint: cmd.Fingerprint}
+func (h *createOrderHandler) handle(ctx context.Context, cmd events.CreateOrder, orderID string, delivered int) (holds bool, err error) {
+	claim := projections.Result{State: projections.StatePending, OrderID: orderID, Fingerprint: cmd.Fingerprint}
 	holder, won, err := h.claims.Claim(ctx, cmd.KeyHash, claim)
 	if err != nil {
-		return false, fmt.Errorf("claim key of %s: %w", cmd.OrderID, err)
+		return false, fmt.Errorf("claim key of %s: %w", orderID, err)
 	}
-	holds = won || holder.OrderID == cmd.OrderID // ours, or ours from an earlier delivery
+	holds = won || holder.OrderID == orderID // ours, or ours from an earlier delivery
 	if holds && h.hooks.AfterClaim != nil {
 		if err := h.hooks.AfterClaim(ctx, cmd, delivered); err != nil {
 			return true, err
@@ -141,16 +146,16 @@ func (h *createOrderHandler) handle(ctx context.Context, cmd events.CreateOrder,
 	var data []byte
 	switch {
 	case holds:
-		kind, data = Decide(cmd, h.now())
+		kind, data = Decide(cmd, orderID, h.now())
 	case holder.Fingerprint == cmd.Fingerprint:
-		kind, data = reject(cmd, h.now(), events.ReasonDuplicate, holder.OrderID,
+		kind, data = reject(cmd, orderID, h.now(), events.ReasonDuplicate, holder.OrderID,
 			fmt.Sprintf("the idempotency key already belongs to order %s with the same request", holder.OrderID))
 	default:
-		kind, data = reject(cmd, h.now(), events.ReasonKeyReused, holder.OrderID,
+		kind, data = reject(cmd, orderID, h.now(), events.ReasonKeyReused, holder.OrderID,
 			fmt.Sprintf("the idempotency key already belongs to order %s with a different request", holder.OrderID))
 	}
-	if err := h.store.Append(ctx, kind, cmd.OrderID, data); err != nil {
-		return holds, fmt.Errorf("store %s event of %s: %w", kind, cmd.OrderID, err)
+	if err := h.store.Append(ctx, kind, orderID, data); err != nil {
+		return holds, fmt.Errorf("store %s event of %s: %w", kind, orderID, err)
 	}
 	h.decided(kind, "")
 	return holds, nil
@@ -165,8 +170,8 @@ func decodeCommand(b []byte) (events.CreateOrder, error) {
 	if cmd.Type != events.CreateOrderType {
 		errs = append(errs, fmt.Errorf("unknown command type %q", cmd.Type))
 	}
-	if !events.ValidOrderID(cmd.OrderID) {
-		errs = append(errs, fmt.Errorf("invalid order id %q", cmd.OrderID))
+	if !events.ValidNonce(cmd.Nonce) {
+		errs = append(errs, fmt.Errorf("invalid nonce %q", cmd.Nonce))
 	}
 	if cmd.KeyHash == "" || cmd.Fingerprint == "" {
 		errs = append(errs, errors.New("command without key hash or fingerprint"))
@@ -174,23 +179,23 @@ func decodeCommand(b []byte) (events.CreateOrder, error) {
 	return cmd, errors.Join(errs...)
 }
 
-// Decide is the business decision on a command this order holds the key of:
-// OrderCreated, or OrderRejected when the order breaks a rule. It returns the
-// event kind and the encoded event.
-func Decide(cmd events.CreateOrder, now time.Time) (events.Kind, []byte) {
+// Decide is the business decision on the command of order orderID, which holds
+// its key: OrderCreated, or OrderRejected when the order breaks a rule. It
+// returns the event kind and the encoded event.
+func Decide(cmd events.CreateOrder, orderID string, now time.Time) (events.Kind, []byte) {
 	r := cmd.Request
 	sum, err := r.Sum()
 	switch {
 	case err != nil:
-		return reject(cmd, now, events.ReasonInvalidOrder, "", err.Error())
+		return reject(cmd, orderID, now, events.ReasonInvalidOrder, "", err.Error())
 	case len(r.Items) == 0:
-		return reject(cmd, now, events.ReasonInvalidOrder, "", "the order has no items")
+		return reject(cmd, orderID, now, events.ReasonInvalidOrder, "", "the order has no items")
 	case r.Total != nil && *r.Total != sum:
-		return reject(cmd, now, events.ReasonTotalMismatch, "",
+		return reject(cmd, orderID, now, events.ReasonTotalMismatch, "",
 			fmt.Sprintf("total %d does not equal the sum of quantity*unit_price over the items, %d", *r.Total, sum))
 	}
-	e := events.NewEvent(events.OrderCreatedType, events.KindCreated, cmd.OrderID, now, events.OrderCreated{
-		OrderID:            cmd.OrderID,
+	e := events.NewEvent(events.OrderCreatedType, events.KindCreated, orderID, now, events.OrderCreated{
+		OrderID:            orderID,
 		Tenant:             cmd.Tenant,
 		CustomerID:         r.CustomerID,
 		Currency:           r.Currency,
@@ -204,9 +209,9 @@ func Decide(cmd events.CreateOrder, now time.Time) (events.Kind, []byte) {
 	return events.KindCreated, mustJSON(e)
 }
 
-func reject(cmd events.CreateOrder, now time.Time, reason, duplicateOf, detail string) (events.Kind, []byte) {
-	e := events.NewEvent(events.OrderRejectedType, events.KindRejected, cmd.OrderID, now, events.OrderRejected{
-		OrderID:            cmd.OrderID,
+func reject(cmd events.CreateOrder, orderID string, now time.Time, reason, duplicateOf, detail string) (events.Kind, []byte) {
+	e := events.NewEvent(events.OrderRejectedType, events.KindRejected, orderID, now, events.OrderRejected{
+		OrderID:            orderID,
 		Tenant:             cmd.Tenant,
 		Reason:             reason,
 		Detail:             detail,

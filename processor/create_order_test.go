@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -72,16 +73,17 @@ func (f *fakeEvents) event(t *testing.T, orderID string) events.RawEvent {
 	return ev
 }
 
-func command(orderID, key, fp string, total *int64) events.CreateOrder {
+func command(nonce, key, fp string, total *int64) events.CreateOrder {
 	return events.CreateOrder{
-		Type: events.CreateOrderType, OrderID: orderID, Tenant: "t", KeyHash: key, Fingerprint: fp,
+		Type: events.CreateOrderType, Nonce: nonce, Tenant: "t", KeyHash: key, Fingerprint: fp,
 		AcceptedAt: time.Unix(1700000000, 0),
 		Request: events.OrderRequest{CustomerID: "c", Currency: "EUR",
 			Items: []events.Item{{SKU: "a", Quantity: 2, UnitPrice: 50}}, Total: total},
 	}
 }
 
-func delivery(t *testing.T, cmd any, delivered string) *message.Message {
+// delivery is the delivery of cmd stored at stream sequence seq.
+func delivery(t *testing.T, cmd any, seq uint64, delivered string) *message.Message {
 	t.Helper()
 	b, err := json.Marshal(cmd)
 	if err != nil {
@@ -89,12 +91,18 @@ func delivery(t *testing.T, cmd any, delivered string) *message.Message {
 	}
 	m := message.NewMessage("id", b)
 	m.Metadata.Set(wm.MetaDelivered, delivered)
+	m.Metadata.Set(wm.MetaStreamSeq, strconv.FormatUint(seq, 10))
 	return m
 }
 
 const (
-	id1 = "ord_01M8MDT443JPW9458J298TZP0M"
-	id2 = "ord_01M8MDT7T4JG5XC9BJ982RZA6G"
+	nonce1 = "N0NCE0000000A"
+	nonce2 = "N0NCE0000000B"
+)
+
+var (
+	id1 = events.OrderID(1, nonce1)
+	id2 = events.OrderID(2, nonce2)
 )
 
 func newHandler(t *testing.T, c Claims, e EventStore) *createOrderHandler {
@@ -116,15 +124,15 @@ func TestCreateOrderDecisions(t *testing.T) {
 		typ    string
 		reason string
 	}{
-		{"created", nil, command(id1, "k", "fp", &hundred), events.OrderCreatedType, ""},
-		{"created without total", nil, command(id1, "k", "fp", nil), events.OrderCreatedType, ""},
-		{"total mismatch", nil, command(id1, "k", "fp", &wrong), events.OrderRejectedType, events.ReasonTotalMismatch},
+		{"created", nil, command(nonce1, "k", "fp", &hundred), events.OrderCreatedType, ""},
+		{"created without total", nil, command(nonce1, "k", "fp", nil), events.OrderCreatedType, ""},
+		{"total mismatch", nil, command(nonce1, "k", "fp", &wrong), events.OrderRejectedType, events.ReasonTotalMismatch},
 		{"redelivery resumes its own claim", &projections.Result{State: projections.StatePending, OrderID: id1, Fingerprint: "fp"},
-			command(id1, "k", "fp", &hundred), events.OrderCreatedType, ""},
+			command(nonce1, "k", "fp", &hundred), events.OrderCreatedType, ""},
 		{"same request, key held by another order", &projections.Result{State: projections.StateCompleted, OrderID: id2, Fingerprint: "fp"},
-			command(id1, "k", "fp", &hundred), events.OrderRejectedType, events.ReasonDuplicate},
+			command(nonce1, "k", "fp", &hundred), events.OrderRejectedType, events.ReasonDuplicate},
 		{"other request, key held by another order", &projections.Result{State: projections.StatePending, OrderID: id2, Fingerprint: "other"},
-			command(id1, "k", "fp", &hundred), events.OrderRejectedType, events.ReasonKeyReused},
+			command(nonce1, "k", "fp", &hundred), events.OrderRejectedType, events.ReasonKeyReused},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,11 +142,11 @@ func TestCreateOrderDecisions(t *testing.T) {
 				claims.m = map[string]projections.Result{"k": *tc.held}
 			}
 			store := &fakeEvents{}
-			if err := newHandler(t, claims, store).Handle(delivery(t, tc.cmd, "1")); err != nil {
+			if err := newHandler(t, claims, store).Handle(delivery(t, tc.cmd, 1, "1")); err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
-			ev := store.event(t, tc.cmd.OrderID)
-			if ev.Type != tc.typ || ev.ID != tc.cmd.OrderID+"."+map[string]string{events.OrderCreatedType: "created", events.OrderRejectedType: "rejected"}[tc.typ] {
+			ev := store.event(t, id1)
+			if ev.Type != tc.typ || ev.ID != id1+"."+map[string]string{events.OrderCreatedType: "created", events.OrderRejectedType: "rejected"}[tc.typ] {
 				t.Fatalf("event %s %s, want type %s", ev.ID, ev.Type, tc.typ)
 			}
 			if tc.reason != "" {
@@ -149,10 +157,10 @@ func TestCreateOrderDecisions(t *testing.T) {
 				if d.Reason != tc.reason {
 					t.Fatalf("reason %q, want %q", d.Reason, tc.reason)
 				}
-				if tc.held != nil && tc.held.OrderID != tc.cmd.OrderID && d.DuplicateOf != tc.held.OrderID {
+				if tc.held != nil && tc.held.OrderID != id1 && d.DuplicateOf != tc.held.OrderID {
 					t.Fatalf("duplicate_of %q, want %q", d.DuplicateOf, tc.held.OrderID)
 				}
-				if d.HoldsKey() != (tc.held == nil || tc.held.OrderID == tc.cmd.OrderID) {
+				if d.HoldsKey() != (tc.held == nil || tc.held.OrderID == id1) {
 					t.Fatalf("HoldsKey = %v", d.HoldsKey())
 				}
 			}
@@ -166,7 +174,7 @@ func TestCreateOrderDecisions(t *testing.T) {
 func TestCreateOrderFailures(t *testing.T) {
 	t.Parallel()
 	hundred := int64(100)
-	ok := command(id1, "k", "fp", &hundred)
+	ok := command(nonce1, "k", "fp", &hundred)
 	cases := []struct {
 		name      string
 		payload   any
@@ -176,8 +184,8 @@ func TestCreateOrderFailures(t *testing.T) {
 		permanent bool
 	}{
 		{"undecodable", "not a command", "1", nil, nil, true},
-		{"unknown type", events.CreateOrder{Type: "x", OrderID: id1, KeyHash: "k", Fingerprint: "f"}, "1", nil, nil, true},
-		{"bad order id", command("nope", "k", "fp", nil), "1", nil, nil, true},
+		{"unknown type", events.CreateOrder{Type: "x", Nonce: nonce1, KeyHash: "k", Fingerprint: "f"}, "1", nil, nil, true},
+		{"bad nonce", command("nope", "k", "fp", nil), "1", nil, nil, true},
 		{"claim fails: retry", ok, "1", errors.New("timeout"), nil, false},
 		{"store fails: retry", ok, "2", nil, errors.New("timeout"), false},
 		{"store fails on the last delivery: dead letter", ok, "5", nil, errors.New("timeout"), true},
@@ -186,7 +194,7 @@ func TestCreateOrderFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			store := &fakeEvents{err: tc.storeErr}
-			err := newHandler(t, &fakeClaims{err: tc.claimErr}, store).Handle(delivery(t, tc.payload, tc.delivered))
+			err := newHandler(t, &fakeClaims{err: tc.claimErr}, store).Handle(delivery(t, tc.payload, 7, tc.delivered))
 			if err == nil {
 				t.Fatal("Handle succeeded")
 			}
@@ -206,11 +214,12 @@ func TestConcurrentCommandsForOneKey(t *testing.T) {
 	var wg sync.WaitGroup
 	ids := make([]string, 50)
 	for i := range ids {
-		ids[i] = events.OrderIDPrefix + "01M8MDT443JPW9458J298TZ" + string("0123456789ABCDEFGHJKMNPQRSTVWXYZ"[i%32]) + string("0123456789"[i/32]) + "0"
+		seq := uint64(100 + i)
+		ids[i] = events.OrderID(seq, nonce1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := h.Handle(delivery(t, command(ids[i], "k", "fp", nil), "1")); err != nil {
+			if err := h.Handle(delivery(t, command(nonce1, "k", "fp", nil), seq, "1")); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -229,10 +238,10 @@ func TestConcurrentCommandsForOneKey(t *testing.T) {
 
 func TestDecideIsDeterministic(t *testing.T) {
 	t.Parallel()
-	cmd := command(id1, "k", "fp", nil)
+	cmd := command(nonce1, "k", "fp", nil)
 	at := time.Unix(1700000000, 5)
-	k1, a := Decide(cmd, at)
-	k2, b := Decide(cmd, at)
+	k1, a := Decide(cmd, id1, at)
+	k2, b := Decide(cmd, id1, at)
 	if k1 != k2 || string(a) != string(b) {
 		t.Fatal("Decide is not a function of its inputs")
 	}

@@ -4,17 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
 )
 
-// Hub follows ORDER_RESULTS and ORDERS with one watch each (one server consumer
-// per bucket and process, whatever the number of waiters) and fans every update
-// out to the requests waiting for that key. It also keeps the most recently
-// completed results in memory, so that replays of fresh keys cost no round trip.
+// Hub follows ORDER_RESULTS (a KV watch) and ORDER_EVENTS (an ordered consumer
+// of headers only), one server consumer each per process whatever the number
+// of waiters, and fans every update out to the requests waiting for that key
+// or order. It also keeps the most recently completed results in memory, so
+// that replays of fresh keys cost no round trip.
 //
 // A completed result never changes until it expires, so a cached one is as good
 // as a stored one while Stored+TTL lies in the future.
@@ -22,7 +26,7 @@ type Hub struct {
 	store   *Store
 	logger  *slog.Logger
 	results fanout[Result]
-	orders  fanout[Order]
+	orders  fanout[struct{}]
 	cache   *lru.Cache[string, Result]
 
 	stop func()
@@ -52,18 +56,29 @@ func (h *Hub) Start(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("watch %s: %w", h.store.results.Bucket(), err)
 	}
-	ow, err := h.store.orders.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	evs, err := h.store.js.OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.EventSubjects}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
+	})
 	if err != nil {
 		cancel()
 		_ = rw.Stop()
-		return fmt.Errorf("watch %s: %w", h.store.orders.Bucket(), err)
+		return fmt.Errorf("follow %s: %w", events.EventStream, err)
+	}
+	ec, err := evs.Consume(func(m jetstream.Msg) {
+		subj := m.Subject()
+		h.orders.publish(subj[strings.LastIndexByte(subj, '.')+1:], struct{}{})
+	})
+	if err != nil {
+		cancel()
+		_ = rw.Stop()
+		return fmt.Errorf("follow %s: %w", events.EventStream, err)
 	}
 	h.stop = func() {
 		cancel()
 		_ = rw.Stop()
-		_ = ow.Stop()
+		ec.Stop()
 	}
-	h.done.Add(2)
+	h.done.Add(1)
 	go h.follow(rw, func(e jetstream.KeyValueEntry) {
 		r, err := DecodeResult(e.Value())
 		if err != nil {
@@ -77,14 +92,6 @@ func (h *Hub) Start(ctx context.Context) error {
 			h.cache.Remove(e.Key())
 		}
 		h.results.publish(e.Key(), r)
-	})
-	go h.follow(ow, func(e jetstream.KeyValueEntry) {
-		o, err := DecodeOrder(e.Value())
-		if err != nil {
-			h.logger.Error("undecodable order", "key", e.Key(), "err", err)
-			return
-		}
-		h.orders.publish(e.Key(), o)
 	})
 	return nil
 }
@@ -133,9 +140,9 @@ func (h *Hub) Remember(key string, r Result) {
 // when done.
 func (h *Hub) WatchResult(key string) *Sub[Result] { return h.results.subscribe(key) }
 
-// WatchOrder registers a waiter for updates of orderID in ORDERS. Close it when
-// done.
-func (h *Hub) WatchOrder(orderID string) *Sub[Order] { return h.orders.subscribe(orderID) }
+// WatchOrder registers a waiter for the decision of orderID: C receives a
+// value when the order's event is stored. Close it when done.
+func (h *Hub) WatchOrder(orderID string) *Sub[struct{}] { return h.orders.subscribe(orderID) }
 
 // Waiters is the number of registered waiters, for metrics.
 func (h *Hub) Waiters() int { return h.results.count() + h.orders.count() }

@@ -45,7 +45,7 @@ func TestProjectIsPureAndServesOneBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := Project(created)
-	if !bytes.Equal(a.Order.Encode(), b.Order.Encode()) || !bytes.Equal(a.Result.Encode(), b.Result.Encode()) {
+	if !bytes.Equal(a.Order.Body, b.Order.Body) || !bytes.Equal(a.Result.Encode(), b.Result.Encode()) {
 		t.Fatal("projecting one event twice gave different bytes")
 	}
 	if a.Result.Status != http.StatusCreated || !bytes.Equal(a.Result.Body, a.Order.Body) || a.Key != "k" || a.Order.Tenant != "t" {
@@ -115,14 +115,9 @@ func TestFanoutKeepsLatest(t *testing.T) {
 func TestRecordHeadersAreJSON(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"plain", `quo"te`, `back\slash`, "ctl\x01\x1f", "ünïcödé", ""} {
-		o := Order{Tenant: s, Status: StatusCreated, Body: []byte(`{"id":1}`)}
-		got, err := DecodeOrder(o.Encode())
-		if err != nil || got.Tenant != s || string(got.Body) != `{"id":1}` {
-			t.Fatalf("tenant %q: %+v %v", s, got, err)
-		}
-		r := Result{State: StatePending, OrderID: s, Fingerprint: s, Location: s, ContentType: s, Status: 201}
+		r := Result{State: StatePending, OrderID: s, Fingerprint: s, Location: s, ContentType: s, Status: 201, Body: []byte(`{"id":1}`)}
 		gr, err := DecodeResult(r.Encode())
-		if err != nil || gr.OrderID != s || gr.Location != s || gr.ContentType != s || gr.Status != 201 {
+		if err != nil || gr.OrderID != s || gr.Location != s || gr.ContentType != s || gr.Status != 201 || string(gr.Body) != `{"id":1}` {
 			t.Fatalf("result %q: %+v %v", s, gr, err)
 		}
 	}

@@ -13,9 +13,10 @@ import (
 	"github.com/orderly-dev/orderly/events"
 )
 
-// Projection is what one event changes in the read models.
+// Projection is what one event means for the reads: the order as GET shows it,
+// and the stored response of its idempotency key.
 type Projection struct {
-	// OrderID and Order are the ORDERS record.
+	// OrderID and Order are the order as GET /v1/orders/{id} shows it.
 	OrderID string
 	Order   Order
 	// Key and Result are the ORDER_RESULTS record; Result is nil when the event
@@ -62,9 +63,9 @@ func Project(data []byte) (Projection, error) {
 	}
 }
 
-// Projector is the watermill handler that keeps ORDERS and ORDER_RESULTS up to
-// date with ORDER_EVENTS. It is idempotent: a redelivered event writes the same
-// records again. It returns an error (so the message is redelivered) only when
+// Projector is the watermill handler that keeps ORDER_RESULTS up to date with
+// ORDER_EVENTS: it stores the response of each order's idempotency key. It is
+// idempotent: a redelivered event writes the same record again. It returns an error (so the message is redelivered) only when
 // a write failed; an event it cannot read is logged, counted and acked, because
 // no retry can make it readable.
 type Projector struct {
@@ -95,11 +96,14 @@ func (p *Projector) Handle(msg *message.Message) error {
 		p.Skipped("undecodable")
 		return nil
 	}
-	if proj.Result != nil && time.Since(proj.At) >= p.store.resultTTL {
+	if proj.Result == nil {
+		return nil // a duplicate of another order: its key answers with that order
+	}
+	if time.Since(proj.At) >= p.store.resultTTL {
 		// The result has expired: its key may already belong to a newer order.
-		proj.Result = nil
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
 	defer cancel()
-	return p.store.Save(ctx, proj.OrderID, proj.Order, proj.Key, proj.Result)
+	return p.store.SaveResult(ctx, proj.Key, *proj.Result)
 }

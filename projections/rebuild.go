@@ -27,8 +27,7 @@ type RebuildOptions struct {
 // RebuildReport says what a rebuild found and did.
 type RebuildReport struct {
 	Events uint64 `json:"events"`
-	// Orders and Results are the records the events call for.
-	Orders  int `json:"orders"`
+	// Results is the number of records the events call for.
 	Results int `json:"results"`
 	// Missing, Different and Stale count records absent from the live read
 	// models, present with other bytes, or present without an event that calls
@@ -51,8 +50,8 @@ type liveEntry struct {
 	pending bool
 }
 
-// Rebuild recomputes ORDERS and ORDER_RESULTS from ORDER_EVENTS with Project,
-// the projector's own function, so a rebuilt record has exactly the bytes the
+// Rebuild recomputes ORDER_RESULTS from ORDER_EVENTS with Project, the
+// projector's own function, so a rebuilt record has exactly the bytes the
 // projector writes. It compares every record with the live one, writes what is
 // missing or different, and removes what no event calls for (never a pending
 // claim, which belongs to a command still in flight). It is safe to run while
@@ -60,46 +59,17 @@ type liveEntry struct {
 // result TTL are not rebuilt: their keys are free.
 func Rebuild(ctx context.Context, js jetstream.JetStream, store *Store, opts RebuildOptions) (RebuildReport, error) {
 	var rep RebuildReport
-	liveOrders, err := readLive(ctx, store.orders)
+	kv := store.results
+	live, err := readLive(ctx, kv)
 	if err != nil {
 		return rep, err
 	}
-	liveResults, err := readLive(ctx, store.results)
-	if err != nil {
-		return rep, err
-	}
-	wantOrders := make(map[string]bool, len(liveOrders))
-	wantResults := make(map[string]bool, len(liveResults))
-	differ := func(kind, key, what string) {
+	want := make(map[string]bool, len(live))
+	differ := func(key, what string) {
 		if len(rep.Differences) < opts.MaxDifferences {
-			rep.Differences = append(rep.Differences, fmt.Sprintf("%s %s: %s", kind, key, what))
+			rep.Differences = append(rep.Differences, fmt.Sprintf("result %s: %s", key, what))
 		}
 	}
-	write := func(kv jetstream.KeyValue, key string, value []byte) error {
-		if opts.DryRun {
-			return nil
-		}
-		if _, err := kv.Put(ctx, key, value); err != nil {
-			return fmt.Errorf("write %s %s: %w", kv.Bucket(), key, err)
-		}
-		rep.Written++
-		return nil
-	}
-	check := func(kv jetstream.KeyValue, live map[string]liveEntry, kind, key string, value []byte) error {
-		got, ok := live[key]
-		switch {
-		case !ok:
-			rep.Missing++
-			differ(kind, key, "missing")
-		case got.sum != sha256.Sum256(value):
-			rep.Different++
-			differ(kind, key, "different")
-		default:
-			return nil
-		}
-		return write(kv, key, value)
-	}
-
 	err = eachEvent(ctx, js, func(data []byte, total uint64) error {
 		rep.Events++
 		if opts.Progress != nil && rep.Events%1000 == 0 {
@@ -112,15 +82,30 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, store *Store, opts Reb
 		if err != nil {
 			return fmt.Errorf("event %d: %w", rep.Events, err)
 		}
-		wantOrders[p.OrderID] = true
-		if err := check(store.orders, liveOrders, "order", p.OrderID, p.Order.Encode()); err != nil {
-			return err
-		}
 		if p.Result == nil || time.Since(p.At) >= store.resultTTL {
 			return nil
 		}
-		wantResults[p.Key] = true
-		return check(store.results, liveResults, "result", p.Key, p.Result.Encode())
+		want[p.Key] = true
+		value := p.Result.Encode()
+		got, ok := live[p.Key]
+		switch {
+		case !ok:
+			rep.Missing++
+			differ(p.Key, "missing")
+		case got.sum != sha256.Sum256(value):
+			rep.Different++
+			differ(p.Key, "different")
+		default:
+			return nil
+		}
+		if opts.DryRun {
+			return nil
+		}
+		if _, err := kv.Put(ctx, p.Key, value); err != nil {
+			return fmt.Errorf("write %s %s: %w", kv.Bucket(), p.Key, err)
+		}
+		rep.Written++
+		return nil
 	})
 	if err != nil {
 		return rep, err
@@ -128,33 +113,27 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, store *Store, opts Reb
 	if opts.Progress != nil {
 		opts.Progress(rep.Events, rep.Events)
 	}
-	rep.Orders, rep.Results = len(wantOrders), len(wantResults)
+	rep.Results = len(want)
 
-	stale := func(kv jetstream.KeyValue, live map[string]liveEntry, want map[string]bool, kind string) error {
-		keys := make([]string, 0)
-		for key, e := range live {
-			if !want[key] && !e.pending {
-				keys = append(keys, key)
-			}
+	stale := make([]string, 0)
+	for key, e := range live {
+		if !want[key] && !e.pending {
+			stale = append(stale, key)
 		}
-		sort.Strings(keys)
-		for _, key := range keys {
-			rep.Stale++
-			differ(kind, key, "stale")
-			if opts.DryRun {
-				continue
-			}
-			if err := kv.Purge(ctx, key); err != nil {
-				return fmt.Errorf("remove %s %s: %w", kv.Bucket(), key, err)
-			}
-			rep.Removed++
+	}
+	sort.Strings(stale)
+	for _, key := range stale {
+		rep.Stale++
+		differ(key, "stale")
+		if opts.DryRun {
+			continue
 		}
-		return nil
+		if err := kv.Purge(ctx, key); err != nil {
+			return rep, fmt.Errorf("remove %s %s: %w", kv.Bucket(), key, err)
+		}
+		rep.Removed++
 	}
-	if err := stale(store.orders, liveOrders, wantOrders, "order"); err != nil {
-		return rep, err
-	}
-	return rep, stale(store.results, liveResults, wantResults, "result")
+	return rep, nil
 }
 
 // readLive reads every current value of a bucket (one watch, no per-key reads).
@@ -177,10 +156,8 @@ func readLive(ctx context.Context, kv jetstream.KeyValue) (map[string]liveEntry,
 				return live, nil
 			}
 			entry := liveEntry{sum: sha256.Sum256(e.Value())}
-			if kv.Bucket() == events.ResultsBucket {
-				if r, err := DecodeResult(e.Value()); err == nil && !r.Completed() {
-					entry.pending = true
-				}
+			if r, err := DecodeResult(e.Value()); err == nil && !r.Completed() {
+				entry.pending = true
 			}
 			live[e.Key()] = entry
 		}

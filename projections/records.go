@@ -97,37 +97,16 @@ const (
 	StatusRejected OrderStatus = "rejected"
 )
 
-// Order is the value of a key in ORDERS: who owns the order, its status, and
-// its JSON representation as GET /v1/orders/{id} serves it.
+// Order is an order as GET /v1/orders/{id} serves it: who owns it, its
+// status, and its JSON representation. It is rendered from the order's event
+// (or its command while pending), not stored.
 type Order struct {
 	// Tenant owns the order; other tenants do not see it.
-	Tenant string `json:"tenant"`
-	// Status is created or rejected (pending orders are not in the bucket).
-	Status OrderStatus `json:"status"`
+	Tenant string
+	// Status is pending, created or rejected.
+	Status OrderStatus
 	// Body is the JSON representation of the order.
-	Body []byte `json:"-"`
-}
-
-// Encode is the bucket value of o.
-func (o Order) Encode() []byte {
-	b := make([]byte, 0, 64+len(o.Tenant)+len(o.Body))
-	b = append(b, `{"tenant":`...)
-	b = appendString(b, o.Tenant)
-	b = append(b, `,"status":`...)
-	b = appendString(b, string(o.Status))
-	b = append(b, "}\n"...)
-	return append(b, o.Body...)
-}
-
-// DecodeOrder decodes a bucket value.
-func DecodeOrder(b []byte) (Order, error) {
-	var o Order
-	body, err := decodeRecord(b, &o)
-	if err != nil {
-		return Order{}, fmt.Errorf("order record: %w", err)
-	}
-	o.Body = body
-	return o, nil
+	Body []byte
 }
 
 // appendString appends s as a JSON string. The header lines are written by

@@ -13,30 +13,25 @@ import (
 	"github.com/orderly-dev/orderly/internal/natsx"
 )
 
-// Store reads and writes the two read models, ORDER_RESULTS and ORDERS. It is
-// safe for concurrent use.
+// Store reads and writes the read model ORDER_RESULTS. It is safe for
+// concurrent use.
 type Store struct {
 	js        jetstream.JetStream
 	results   jetstream.KeyValue
-	orders    jetstream.KeyValue
 	resultTTL time.Duration
 }
 
-// OpenStore binds to the buckets, which must exist (natsx.Topology.Ensure).
+// OpenStore binds to the bucket, which must exist (natsx.Topology.Ensure).
 func OpenStore(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	results, err := js.KeyValue(ctx, events.ResultsBucket)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
 	}
-	orders, err := js.KeyValue(ctx, events.OrdersBucket)
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", events.OrdersBucket, err)
-	}
 	st, err := results.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
 	}
-	return &Store{js: js, results: results, orders: orders, resultTTL: st.TTL()}, nil
+	return &Store{js: js, results: results, resultTTL: st.TTL()}, nil
 }
 
 // ResultTTL is how long a result lives after it was stored.
@@ -92,52 +87,11 @@ func (s *Store) Claim(ctx context.Context, key string, claim Result) (existing R
 	return existing, false, err
 }
 
-// Subjects of the buckets' values.
-const (
-	resultsSubject = "$KV." + events.ResultsBucket + "."
-	ordersSubject  = "$KV." + events.OrdersBucket + "."
-)
+// resultsSubject prefixes the subjects of the bucket's values.
+const resultsSubject = "$KV." + events.ResultsBucket + "."
 
-// Order returns the value of orderID in ORDERS; ok is false when there is none.
-func (s *Store) Order(ctx context.Context, orderID string) (o Order, ok bool, err error) {
-	if !events.ValidOrderID(orderID) {
-		return Order{}, false, nil
-	}
-	e, err := s.orders.Get(ctx, orderID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Order{}, false, nil
-	}
-	if err != nil {
-		return Order{}, false, err
-	}
-	o, err = DecodeOrder(e.Value())
-	return o, err == nil, err
-}
-
-// Save writes order under orderID and, when result is not nil, result under
-// key, both at once (one round trip). Writing the same values again is harmless.
-func (s *Store) Save(ctx context.Context, orderID string, order Order, key string, result *Result) error {
-	futures := make([]jetstream.PubAckFuture, 0, 2)
-	f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: ordersSubject + orderID, Data: order.Encode()})
-	if err != nil {
-		return err
-	}
-	futures = append(futures, f)
-	if result != nil {
-		f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: resultsSubject + key, Data: result.Encode()})
-		if err != nil {
-			return err
-		}
-		futures = append(futures, f)
-	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+// SaveResult writes result under key. Writing the same value again is harmless.
+func (s *Store) SaveResult(ctx context.Context, key string, result Result) error {
+	_, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: resultsSubject + key, Data: result.Encode()})
+	return err
 }

@@ -52,20 +52,20 @@ func sumOrNil(r events.OrderRequest) *int64 {
 	return nil
 }
 
-// PendingView renders an accepted order that is not decided yet.
-func PendingView(cmd events.CreateOrder) []byte {
-	return mustJSON(OrderView{
-		ID:         cmd.OrderID,
+// PendingOrder renders an accepted order that is not decided yet.
+func PendingOrder(cmd events.CreateOrder, orderID string) Order {
+	return Order{Tenant: cmd.Tenant, Status: StatusPending, Body: mustJSON(OrderView{
+		ID:         orderID,
 		Status:     StatusPending,
 		CustomerID: cmd.Request.CustomerID,
 		Currency:   cmd.Request.Currency,
 		Items:      cmd.Request.Items,
 		Total:      sumOrNil(cmd.Request),
 		AcceptedAt: cmd.AcceptedAt.UTC(),
-	})
+	})}
 }
 
-// CreatedOrder is the ORDERS record of a created order.
+// CreatedOrder renders a created order.
 func CreatedOrder(e events.OrderCreated) Order {
 	created := e.CreatedAt.UTC()
 	total := e.Total
@@ -94,7 +94,7 @@ func CreatedResult(e events.OrderCreated, body []byte) Result {
 	}
 }
 
-// RejectedOrder is the ORDERS record of a rejected order.
+// RejectedOrder renders a rejected order.
 func RejectedOrder(e events.OrderRejected) Order {
 	rejected := e.RejectedAt.UTC()
 	return Order{Tenant: e.Tenant, Status: StatusRejected, Body: mustJSON(OrderView{

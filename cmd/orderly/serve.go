@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,7 +34,8 @@ type OrderFlags struct {
 	MaxWait          time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
 	BodyLimit        int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
 	TokensFile       string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant."`
-	ResultCache      int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"65536" help:"How many completed results the API keeps in memory for replays."`
+	ResultCache      int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"16384" help:"How many completed results the API keeps in memory for replays (about 1 KiB each)."`
+	MemoryLimit      string        `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" help:"Soft limit of the Go heap, such as 400MiB: the garbage collector works harder to stay under it (see docs/performance.md). Empty: the Go default (GOMEMLIMIT)."`
 	PprofAddr        string        `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof) on this address, such as 127.0.0.1:6060; empty: off."`
 	Concurrency      int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"32" help:"Commands one processor handles at once."`
 	ProjConcurrency  int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"16" help:"Events one projector handles at once."`
@@ -71,7 +74,7 @@ func (c *ServeCmd) Run(g *globals) error {
 	if cfg.Fsync, err = natsx.ParseFsync(c.Fsync); err != nil {
 		return err
 	}
-	return runServer(g, cfg)
+	return runServer(g, cfg, c.MemoryLimit)
 }
 
 // RoleCmd runs one role against an existing NATS.
@@ -95,7 +98,7 @@ func (c *RoleCmd) Run(g *globals, kctx *kong.Context) error {
 		return err
 	}
 	c.apply(&cfg)
-	return runServer(g, cfg)
+	return runServer(g, cfg, c.MemoryLimit)
 }
 
 func (n NATSFlags) apply(cfg *server.Config) {
@@ -128,7 +131,14 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	return cfg, nil
 }
 
-func runServer(g *globals, cfg server.Config) error {
+func runServer(g *globals, cfg server.Config, memoryLimit string) error {
+	if memoryLimit != "" {
+		n, err := parseBytes(memoryLimit)
+		if err != nil {
+			return fmt.Errorf("--memory-limit: %w", err)
+		}
+		debug.SetMemoryLimit(n)
+	}
 	s, err := server.Start(g.ctx, cfg, g.logger)
 	if err != nil {
 		return err
@@ -179,4 +189,25 @@ func readTokens(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("tokens file %s holds no tokens", path)
 	}
 	return tokens, nil
+}
+
+// parseBytes parses a size such as 512MiB, 1GiB, 400MB or 1048576.
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}}
+	mult := int64(1)
+	num := strings.TrimSpace(s)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("want a size such as 512MiB, got %q", s)
+	}
+	return n * mult, nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
@@ -16,14 +17,14 @@ type OrderView struct {
 	Body []byte
 }
 
-// Order returns the order orderID of tenant: from ORDERS once decided, else from
-// its command while pending. With wait > 0 and a pending order it waits up to
+// Order returns the order orderID of tenant: rendered from its event once
+// decided, else from its command while pending. With wait > 0 and a pending order it waits up to
 // wait for the decision (long polling) and returns the state it has then.
 func (s *Service) Order(ctx context.Context, tenant, orderID string, wait time.Duration) (OrderView, error) {
 	if !events.ValidOrderID(orderID) {
 		return OrderView{}, ErrNotFound
 	}
-	var sub *projections.Sub[projections.Order]
+	var sub *projections.Sub[struct{}]
 	if wait > 0 {
 		sub = s.watch.WatchOrder(orderID)
 		defer sub.Close()
@@ -35,11 +36,8 @@ func (s *Service) Order(ctx context.Context, tenant, orderID string, wait time.D
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
-	case o := <-sub.C:
-		if o.Tenant != tenant {
-			return OrderView{}, ErrNotFound
-		}
-		return OrderView{Status: o.Status, Body: o.Body}, nil
+	case <-sub.C:
+		return s.currentOrder(ctx, tenant, orderID)
 	case <-timer.C:
 		// The watch may lag behind the bucket: read once more.
 		return s.currentOrder(ctx, tenant, orderID)
@@ -56,15 +54,19 @@ func (s *Service) currentOrder(ctx context.Context, tenant, orderID string) (Ord
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	o, found, err := s.models.Order(ctx, orderID)
+	data, found, err := s.events.Event(ctx, orderID)
 	if err != nil {
 		return OrderView{}, unavailable("read order", err)
 	}
 	if found {
-		if o.Tenant != tenant {
+		p, err := projections.Project(data)
+		if err != nil {
+			return OrderView{}, fmt.Errorf("order %s: %w", orderID, err)
+		}
+		if p.Order.Tenant != tenant {
 			return OrderView{}, ErrNotFound
 		}
-		return OrderView{Status: o.Status, Body: o.Body}, nil
+		return OrderView{Status: p.Order.Status, Body: p.Order.Body}, nil
 	}
 	cmd, found, err := s.commands.FindCommand(ctx, orderID)
 	if err != nil {
@@ -73,7 +75,8 @@ func (s *Service) currentOrder(ctx context.Context, tenant, orderID string) (Ord
 	if !found || cmd.Tenant != tenant {
 		return OrderView{}, ErrNotFound
 	}
-	return OrderView{Status: projections.StatusPending, Body: projections.PendingView(cmd)}, nil
+	o := projections.PendingOrder(cmd, orderID)
+	return OrderView{Status: o.Status, Body: o.Body}, nil
 }
 
 // OrderEvents returns the JSON array of the order's events, oldest first, each

@@ -16,10 +16,9 @@ import (
 	"github.com/orderly-dev/orderly/projections"
 )
 
-// ReadModels reads ORDER_RESULTS and ORDERS. ok is false when the key has no value.
+// ReadModels reads ORDER_RESULTS. ok is false when the key has no value.
 type ReadModels interface {
 	Result(ctx context.Context, key string) (r projections.Result, ok bool, err error)
-	Order(ctx context.Context, orderID string) (o projections.Order, ok bool, err error)
 }
 
 // Watcher is the process-wide watch of the read models (projections.Hub).
@@ -29,7 +28,7 @@ type Watcher interface {
 	CachedResult(key string) (projections.Result, bool)
 	Remember(key string, r projections.Result)
 	WatchResult(key string) *projections.Sub[projections.Result]
-	WatchOrder(orderID string) *projections.Sub[projections.Order]
+	WatchOrder(orderID string) *projections.Sub[struct{}]
 }
 
 // Published is the broker's answer to a command publish.
@@ -52,9 +51,11 @@ type Commands interface {
 	FindCommand(ctx context.Context, orderID string) (cmd events.CreateOrder, ok bool, err error)
 }
 
-// EventLog reads ORDER_EVENTS. OrderEvents returns the stored events of an
-// order, oldest first, each as stored.
+// EventLog reads ORDER_EVENTS. Event returns the terminal event of an order
+// (ok false while it has none); OrderEvents returns all its events, oldest
+// first, each as stored.
 type EventLog interface {
+	Event(ctx context.Context, orderID string) (data []byte, ok bool, err error)
 	OrderEvents(ctx context.Context, orderID string) ([][]byte, error)
 }
 
@@ -108,7 +109,7 @@ type Service struct {
 	events   EventLog
 	logger   *slog.Logger
 	now      func() time.Time
-	newID    func() string
+	newNonce func() string
 	// draining is closed by Drain: waits end at once.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -135,7 +136,7 @@ func NewService(cfg Config, models ReadModels, watch Watcher, commands Commands,
 		return nil, err
 	}
 	return &Service{cfg: cfg, models: models, watch: watch, commands: commands, events: log, logger: logger,
-		now: time.Now, newID: NewOrderID, draining: make(chan struct{})}, nil
+		now: time.Now, newNonce: NewNonce, draining: make(chan struct{})}, nil
 }
 
 // available fails fast while NATS is known to be unreachable.

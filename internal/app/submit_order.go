@@ -2,17 +2,26 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"time"
-
-	"github.com/oklog/ulid/v2"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/projections"
 )
 
-// NewOrderID returns a fresh order ID: "ord_" and a ULID (time-ordered,
-// subject-safe).
-func NewOrderID() string { return events.OrderIDPrefix + ulid.Make().String() }
+// NewNonce returns a fresh command nonce: events.NonceLen random characters of
+// Crockford base32 (65 bits).
+func NewNonce() string {
+	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	var raw [events.NonceLen]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	for i := range raw {
+		raw[i] = alphabet[raw[i]&31]
+	}
+	return string(raw[:])
+}
 
 // SubmitOrder is a validated POST /v1/orders.
 type SubmitOrder struct {
@@ -82,7 +91,7 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 
 	cmd := events.CreateOrder{
 		Type:        events.CreateOrderType,
-		OrderID:     s.newID(),
+		Nonce:       s.newNonce(),
 		Tenant:      in.Tenant,
 		KeyHash:     in.KeyHash,
 		Fingerprint: in.Fingerprint,
@@ -98,7 +107,7 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 	if pub.Duplicate {
 		return s.duplicate(ctx, in, pub.Sequence, sub)
 	}
-	return s.await(ctx, in, cmd.OrderID, sub, in.Wait, false)
+	return s.await(ctx, in, events.OrderID(pub.Sequence, cmd.Nonce), sub, in.Wait, false)
 }
 
 // result reads key from ORDER_RESULTS and caches a completed result.
@@ -132,10 +141,11 @@ func (s *Service) duplicate(ctx context.Context, in SubmitOrder, seq uint64, sub
 	if err != nil {
 		return Outcome{}, unavailable("read original command", err)
 	}
+	origID := events.OrderID(seq, orig.Nonce)
 	if orig.Fingerprint != in.Fingerprint {
-		return Outcome{}, &KeyReusedError{OrderID: orig.OrderID}
+		return Outcome{}, &KeyReusedError{OrderID: origID}
 	}
-	return s.pending(ctx, in, orig.OrderID, sub)
+	return s.pending(ctx, in, origID, sub)
 }
 
 // existing answers from the key's value in ORDER_RESULTS.

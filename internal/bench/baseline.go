@@ -34,6 +34,7 @@ import (
 func BaselineHandler() http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
+	var seq atomic.Uint64 // stands in for the command's stream sequence
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
@@ -61,7 +62,7 @@ func BaselineHandler() http.Handler {
 		_ = api.KeyHash(api.DefaultTenant, key)
 		fp := api.Fingerprint(req)
 		sum, _ := req.Sum()
-		id := app.NewOrderID()
+		id := events.OrderID(seq.Add(1), app.NewNonce())
 		now := time.Now().UTC()
 		order := projections.CreatedOrder(events.OrderCreated{
 			OrderID: id, CustomerID: req.CustomerID, Currency: req.Currency, Items: req.Items, Total: sum,

@@ -91,7 +91,7 @@ func (t Topology) CommandStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        events.CommandStream,
 		Description: "orderly CreateOrder commands; Nats-Msg-Id is the hashed tenant-scoped idempotency key",
-		Subjects:    []string{events.CommandSubjects},
+		Subjects:    []string{events.CommandSubject},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      t.CommandRetention,
 		Duplicates:  t.DedupWindow,
@@ -111,7 +111,10 @@ func (t Topology) EventStreamConfig() jetstream.StreamConfig {
 		Subjects:    []string{events.EventSubjects},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      t.EventRetention,
-		Duplicates:  t.DedupWindow,
+		// One event per order is enforced by the expected last subject sequence,
+		// for ever; the msg-ID window only has to cover a publish retried at
+		// once, and each remembered ID costs memory.
+		Duplicates:  eventDedupWindow,
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
 		Discard:     jetstream.DiscardOld,
@@ -135,6 +138,9 @@ func (t Topology) DeadLetterStreamConfig() jetstream.StreamConfig {
 	}
 }
 
+// eventDedupWindow is the duplicate window of ORDER_EVENTS.
+const eventDedupWindow = 10 * time.Second
+
 // ResultsConfig is the configuration of the ORDER_RESULTS bucket.
 func (t Topology) ResultsConfig() jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
@@ -147,23 +153,12 @@ func (t Topology) ResultsConfig() jetstream.KeyValueConfig {
 	}
 }
 
-// OrdersConfig is the configuration of the ORDERS bucket.
-func (t Topology) OrdersConfig() jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:      events.OrdersBucket,
-		Description: "order ID -> order read model",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    t.Replicas,
-	}
-}
-
 // ProcessorConsumerConfig is the durable consumer the processors share.
 func (t Topology) ProcessorConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       ProcessorConsumer,
 		Description:   "orderly processors: CreateOrder -> OrderCreated | OrderRejected",
-		FilterSubject: events.CommandSubjects,
+		FilterSubject: events.CommandSubject,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       t.AckWait,
@@ -178,7 +173,7 @@ func (t Topology) ProcessorConsumerConfig() jetstream.ConsumerConfig {
 func (t Topology) ProjectorConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       ProjectorConsumer,
-		Description:   "orderly projectors: events -> ORDER_RESULTS, ORDERS",
+		Description:   "orderly projectors: events -> ORDER_RESULTS",
 		FilterSubject: events.EventSubjects,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -200,10 +195,8 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) error {
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)
 		}
 	}
-	for _, cfg := range []jetstream.KeyValueConfig{t.ResultsConfig(), t.OrdersConfig()} {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
-			return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
-		}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, t.ResultsConfig()); err != nil {
+		return fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
 	}
 	consumers := []struct {
 		stream string

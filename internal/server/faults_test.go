@@ -149,8 +149,9 @@ func TestPoisonCommandIsDeadLettered(t *testing.T) {
 	}
 }
 
-// TestProjectorDown: without the projector the API still accepts (202), and the
-// read models catch up when it comes back.
+// TestProjectorDown: without the projector the API still accepts (202); orders
+// read from their events show the decision, retries of a key wait for the
+// projector (409), and the read model catches up when it comes back.
 func TestProjectorDown(t *testing.T) {
 	t.Parallel()
 	cfg := orderlytest.Config(t)
@@ -169,8 +170,11 @@ func TestProjectorDown(t *testing.T) {
 	if n := len(orderlytest.Events(t, inst.JetStream(t))); n != 3 {
 		t.Fatalf("%d events, want 3", n)
 	}
-	if g := orderlytest.Do(t, http.MethodGet, inst.URL+locs[0], nil); g.JSON(t)["status"] != "pending" {
-		t.Fatalf("before the projector: %s", g.Body)
+	if g := orderlytest.Do(t, http.MethodGet, inst.URL+locs[0], nil); g.JSON(t)["status"] != "created" {
+		t.Fatalf("GET before the projector: %s", g.Body)
+	}
+	if r := inst.PostOrder(t, "proj-1", orderlytest.Order("c-1")); r.Status != http.StatusConflict {
+		t.Fatalf("a retry before the projector: %d %s", r.Status, r.Body)
 	}
 
 	pcfg := orderlytest.Config(t)

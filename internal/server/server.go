@@ -95,7 +95,7 @@ func DefaultConfig() Config {
 		Topology:             natsx.DefaultTopology(),
 		API:                  api.DefaultConfig(),
 		RequestTimeout:       2 * time.Second,
-		ResultCache:          65536,
+		ResultCache:          16384,
 		Processor:            processor.DefaultConfig(),
 		ProjectorConcurrency: 16,
 		ShutdownTimeout:      40 * time.Second,

@@ -150,16 +150,15 @@ func decode(t *testing.T, body []byte) events.OrderRequest {
 // the API, and returns the order ID.
 func publishCommand(t *testing.T, js jetstream.JetStream, key, fingerprint string, body []byte) string {
 	t.Helper()
-	id := app.NewOrderID()
 	cmd := events.CreateOrder{
-		Type: events.CreateOrderType, OrderID: id, Tenant: api.DefaultTenant,
+		Type: events.CreateOrderType, Nonce: app.NewNonce(), Tenant: api.DefaultTenant,
 		KeyHash: api.KeyHash(api.DefaultTenant, key), Fingerprint: fingerprint,
 		AcceptedAt: time.Now(), Request: decode(t, body),
 	}
 	data, _ := json.Marshal(cmd)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.CommandSubject(id), Data: data,
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.CommandSubject, Data: data,
 		Header: nats.Header{jetstream.MsgIDHeader: []string{cmd.KeyHash}}})
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +166,7 @@ func publishCommand(t *testing.T, js jetstream.JetStream, key, fingerprint strin
 	if ack.Duplicate {
 		t.Fatal("the broker still counted the key as a duplicate: the window has not passed")
 	}
-	return id
+	return events.OrderID(ack.Sequence, cmd.Nonce)
 }
 
 // TestSameKeyAfterResultTTL: once the result has expired the key is free and

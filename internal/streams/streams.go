@@ -36,14 +36,14 @@ func OpenLog(ctx context.Context, js jetstream.JetStream) (*Log, error) {
 	return &Log{js: js, commands: commands, events: evs}, nil
 }
 
-// Publish stores cmd on its subject with Nats-Msg-Id = cmd.KeyHash.
+// Publish stores cmd with Nats-Msg-Id = cmd.KeyHash.
 func (l *Log) Publish(ctx context.Context, cmd events.CreateOrder) (app.Published, error) {
 	data, err := gojson.Marshal(cmd)
 	if err != nil {
 		return app.Published{}, err
 	}
 	msg := &nats.Msg{
-		Subject: events.CommandSubject(cmd.OrderID),
+		Subject: events.CommandSubject,
 		Header:  nats.Header{jetstream.MsgIDHeader: []string{cmd.KeyHash}},
 		Data:    data,
 	}
@@ -60,6 +60,9 @@ func (l *Log) Command(ctx context.Context, seq uint64) (events.CreateOrder, erro
 	if err != nil {
 		return events.CreateOrder{}, err
 	}
+	if m.Subject != events.CommandSubject {
+		return events.CreateOrder{}, jetstream.ErrMsgNotFound
+	}
 	var cmd events.CreateOrder
 	if err := gojson.Unmarshal(m.Data, &cmd); err != nil {
 		return events.CreateOrder{}, fmt.Errorf("command at %d: %w", seq, err)
@@ -67,20 +70,33 @@ func (l *Log) Command(ctx context.Context, seq uint64) (events.CreateOrder, erro
 	return cmd, nil
 }
 
-// FindCommand reads the command of orderID; ok is false when there is none.
+// FindCommand reads the command of orderID: the one stored at the sequence the
+// ID names, if its nonce matches. ok is false when there is none.
 func (l *Log) FindCommand(ctx context.Context, orderID string) (events.CreateOrder, bool, error) {
-	m, err := l.commands.GetLastMsgForSubject(ctx, events.CommandSubject(orderID))
+	seq, nonce, ok := events.ParseOrderID(orderID)
+	if !ok {
+		return events.CreateOrder{}, false, nil
+	}
+	cmd, err := l.Command(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return events.CreateOrder{}, false, nil
 	}
 	if err != nil {
 		return events.CreateOrder{}, false, err
 	}
-	var cmd events.CreateOrder
-	if err := gojson.Unmarshal(m.Data, &cmd); err != nil {
-		return events.CreateOrder{}, false, fmt.Errorf("command of %s: %w", orderID, err)
+	return cmd, cmd.Nonce == nonce, nil
+}
+
+// Event reads the terminal event of orderID; ok is false when it has none yet.
+func (l *Log) Event(ctx context.Context, orderID string) ([]byte, bool, error) {
+	m, err := l.events.GetLastMsgForSubject(ctx, events.OrderSubjects(orderID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, false, nil
 	}
-	return cmd, true, nil
+	if err != nil {
+		return nil, false, err
+	}
+	return m.Data, true, nil
 }
 
 // OrderEvents returns the stored events of orderID, oldest first.

@@ -52,6 +52,12 @@ func Delivered(msg *message.Message) int {
 	return n
 }
 
+// StreamSeq returns the stream sequence of msg, 0 when unknown.
+func StreamSeq(msg *message.Message) uint64 {
+	n, _ := strconv.ParseUint(msg.Metadata.Get(MetaStreamSeq), 10, 64)
+	return n
+}
+
 // Logger adapts logger for watermill, with watermill's per-message info logs
 // lowered to debug.
 func Logger(logger *slog.Logger) watermill.LoggerAdapter {
