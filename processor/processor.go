@@ -79,8 +79,9 @@ type Processor struct {
 	workers *wm.Workers
 }
 
-// New builds a processor that consumes and works through js.
-func New(cfg Config, js jetstream.JetStream, claims Claims, logger *slog.Logger) (*Processor, error) {
+// New builds a processor that consumes through js and stores its events
+// through pub (js itself, or a batcher on ORDER_EVENTS).
+func New(cfg Config, js jetstream.JetStream, pub natsx.Publisher, claims Claims, logger *slog.Logger) (*Processor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -97,7 +98,7 @@ func New(cfg Config, js jetstream.JetStream, claims Claims, logger *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	h, err := NewCreateOrderHandler(claims, JetStreamEvents{JS: js}, cfg.MaxDeliver, cfg.Timeout, logger)
+	h, err := NewCreateOrderHandler(claims, JetStreamEvents{Pub: pub}, cfg.MaxDeliver, cfg.Timeout, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -136,8 +137,9 @@ func (p *Processor) Close() error {
 	return err
 }
 
-// JetStreamEvents is the EventStore on ORDER_EVENTS.
-type JetStreamEvents struct{ JS jetstream.JetStream }
+// JetStreamEvents is the EventStore on ORDER_EVENTS, written through Pub (a
+// jetstream.JetStream or a natsx.Batcher).
+type JetStreamEvents struct{ Pub natsx.Publisher }
 
 // Append stores the event with Nats-Msg-Id = its event ID and an expected last
 // sequence of 0 on all subjects of the order; a refusal because the order
@@ -148,9 +150,9 @@ func (s JetStreamEvents) Append(ctx context.Context, k events.Kind, orderID stri
 		Header:  nats.Header{"Content-Type": []string{events.ContentType}},
 		Data:    data,
 	}
-	_, err := s.JS.PublishMsg(ctx, msg,
-		jetstream.WithMsgID(events.EventID(k, orderID)),
-		jetstream.WithExpectLastSequenceForSubject(0, events.OrderSubjects(orderID)))
+	natsx.SetMsgID(msg, events.EventID(k, orderID))
+	natsx.SetExpectLastSubjectSeq(msg, 0, events.OrderSubjects(orderID))
+	_, err := s.Pub.PublishMsg(ctx, msg)
 	if natsx.IsWrongLastSequence(err) {
 		return nil
 	}

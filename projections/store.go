@@ -17,8 +17,17 @@ import (
 // concurrent use.
 type Store struct {
 	js        jetstream.JetStream
+	pub       natsx.Publisher
 	results   jetstream.KeyValue
 	resultTTL time.Duration
+}
+
+// WithPublisher returns a store that writes through pub (a natsx.Batcher, say)
+// and reads as s does.
+func (s *Store) WithPublisher(pub natsx.Publisher) *Store {
+	c := *s
+	c.pub = pub
+	return &c
 }
 
 // OpenStore binds to the bucket, which must exist (natsx.Topology.Ensure).
@@ -31,7 +40,7 @@ func OpenStore(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
 	}
-	return &Store{js: js, results: results, resultTTL: st.TTL()}, nil
+	return &Store{js: js, pub: js, results: results, resultTTL: st.TTL()}, nil
 }
 
 // ResultTTL is how long a result lives after it was stored.
@@ -61,8 +70,9 @@ func (s *Store) Result(ctx context.Context, key string) (r Result, ok bool, err 
 // Create does, without the extra read nats.go's Create makes on a conflict);
 // a conflict costs one read of the holder.
 func (s *Store) Claim(ctx context.Context, key string, claim Result) (existing Result, won bool, err error) {
-	_, err = s.js.PublishMsg(ctx, &nats.Msg{Subject: resultsSubject + key, Data: claim.Encode()},
-		jetstream.WithExpectLastSequencePerSubject(0))
+	msg := &nats.Msg{Subject: resultsSubject + key, Data: claim.Encode()}
+	natsx.SetExpectLastSubjectSeq(msg, 0, "")
+	_, err = s.pub.PublishMsg(ctx, msg)
 	if err == nil {
 		return claim, true, nil
 	}
@@ -92,6 +102,6 @@ const resultsSubject = "$KV." + events.ResultsBucket + "."
 
 // SaveResult writes result under key. Writing the same value again is harmless.
 func (s *Store) SaveResult(ctx context.Context, key string, result Result) error {
-	_, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: resultsSubject + key, Data: result.Encode()})
+	_, err := s.pub.PublishMsg(ctx, &nats.Msg{Subject: resultsSubject + key, Data: result.Encode()})
 	return err
 }

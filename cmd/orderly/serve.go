@@ -35,6 +35,7 @@ type OrderFlags struct {
 	BodyLimit        int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
 	TokensFile       string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant."`
 	ResultCache      int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"16384" help:"How many completed results the API keeps in memory for replays (about 1 KiB each)."`
+	BatchWrites      bool          `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" help:"Group concurrent writes to each stream into atomic batches (one commit, and with --fsync always one sync, per batch). Off by default: it pays only when many writes are in flight at once (docs/performance.md)."`
 	MemoryLimit      string        `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" help:"Soft limit of the Go heap, such as 400MiB: the garbage collector works harder to stay under it (see docs/performance.md). Empty: the Go default (GOMEMLIMIT)."`
 	PprofAddr        string        `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof) on this address, such as 127.0.0.1:6060; empty: off."`
 	Concurrency      int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"32" help:"Commands one processor handles at once."`
@@ -74,6 +75,7 @@ func (c *ServeCmd) Run(g *globals) error {
 	if cfg.Fsync, err = natsx.ParseFsync(c.Fsync); err != nil {
 		return err
 	}
+
 	return runServer(g, cfg, c.MemoryLimit)
 }
 
@@ -119,6 +121,7 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	cfg.API.BodyLimit = c.BodyLimit
 	cfg.ResultCache = c.ResultCache
 	cfg.PprofAddr = c.PprofAddr
+	cfg.BatchWrites = c.BatchWrites
 	cfg.Processor.Concurrency = c.Concurrency
 	cfg.ProjectorConcurrency = c.ProjConcurrency
 	if c.TokensFile != "" {

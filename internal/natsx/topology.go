@@ -100,6 +100,8 @@ func (t Topology) CommandStreamConfig() jetstream.StreamConfig {
 		Discard:     jetstream.DiscardOld,
 		AllowDirect: true,
 		MaxMsgSize:  1 << 20,
+		// Batchers may group concurrent commands into atomic batches.
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -114,13 +116,14 @@ func (t Topology) EventStreamConfig() jetstream.StreamConfig {
 		// One event per order is enforced by the expected last subject sequence,
 		// for ever; the msg-ID window only has to cover a publish retried at
 		// once, and each remembered ID costs memory.
-		Duplicates:  eventDedupWindow,
-		Storage:     jetstream.FileStorage,
-		Replicas:    t.Replicas,
-		Discard:     jetstream.DiscardOld,
-		AllowDirect: true,
-		DenyDelete:  true,
-		DenyPurge:   true,
+		Duplicates:         eventDedupWindow,
+		Storage:            jetstream.FileStorage,
+		Replicas:           t.Replicas,
+		Discard:            jetstream.DiscardOld,
+		AllowDirect:        true,
+		DenyDelete:         true,
+		DenyPurge:          true,
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -197,6 +200,18 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) error {
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, t.ResultsConfig()); err != nil {
 		return fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
+	}
+	// The bucket's stream must accept atomic batches too; the KV API has no
+	// setting for it.
+	kvStream, err := js.Stream(ctx, "KV_"+events.ResultsBucket)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
+	}
+	if cfg := kvStream.CachedInfo().Config; !cfg.AllowAtomicPublish {
+		cfg.AllowAtomicPublish = true
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("bucket %s: allow atomic publish: %w", events.ResultsBucket, err)
+		}
 	}
 	consumers := []struct {
 		stream string

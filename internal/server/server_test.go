@@ -24,11 +24,24 @@ import (
 
 // TestConcurrentPostsWithOneKey sends 100 POSTs with one key at once, to two
 // API processes and two processors on one NATS: exactly one OrderCreated, and
-// every response is the 201, a replay of it, or a 409.
+// every response is the 201, a replay of it, or a 409. It runs with plain and
+// with batched writes (the duplicates then meet inside atomic batches).
 func TestConcurrentPostsWithOneKey(t *testing.T) {
 	t.Parallel()
-	first := orderlytest.Start(t, orderlytest.Config(t))
+	for _, batch := range []bool{false, true} {
+		t.Run("batch="+strconv.FormatBool(batch), func(t *testing.T) {
+			t.Parallel()
+			concurrentPostsWithOneKey(t, batch)
+		})
+	}
+}
+
+func concurrentPostsWithOneKey(t *testing.T, batch bool) {
+	fcfg := orderlytest.Config(t)
+	fcfg.BatchWrites = batch
+	first := orderlytest.Start(t, fcfg)
 	cfg := orderlytest.Config(t)
+	cfg.BatchWrites = batch
 	cfg.NATSURL = first.NATSURL()
 	second := orderlytest.Start(t, cfg) // API, processor and projector sharing the first's NATS
 	js := first.JetStream(t)

@@ -13,18 +13,21 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/app"
+	"github.com/orderly-dev/orderly/internal/natsx"
 )
 
 // Log is ORDER_COMMANDS and ORDER_EVENTS as the API uses them: it implements
 // app.Commands and app.EventLog.
 type Log struct {
 	js       jetstream.JetStream
+	pub      natsx.Publisher
 	commands jetstream.Stream
 	events   jetstream.Stream
 }
 
-// OpenLog binds to the streams, which must exist.
-func OpenLog(ctx context.Context, js jetstream.JetStream) (*Log, error) {
+// OpenLog binds to the streams, which must exist. Commands are published
+// through pub (js itself, or a batcher on ORDER_COMMANDS).
+func OpenLog(ctx context.Context, js jetstream.JetStream, pub natsx.Publisher) (*Log, error) {
 	commands, err := js.Stream(ctx, events.CommandStream)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", events.CommandStream, err)
@@ -33,7 +36,7 @@ func OpenLog(ctx context.Context, js jetstream.JetStream) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", events.EventStream, err)
 	}
-	return &Log{js: js, commands: commands, events: evs}, nil
+	return &Log{js: js, pub: pub, commands: commands, events: evs}, nil
 }
 
 // Publish stores cmd with Nats-Msg-Id = cmd.KeyHash.
@@ -42,12 +45,9 @@ func (l *Log) Publish(ctx context.Context, cmd events.CreateOrder) (app.Publishe
 	if err != nil {
 		return app.Published{}, err
 	}
-	msg := &nats.Msg{
-		Subject: events.CommandSubject,
-		Header:  nats.Header{jetstream.MsgIDHeader: []string{cmd.KeyHash}},
-		Data:    data,
-	}
-	ack, err := l.js.PublishMsg(ctx, msg)
+	msg := &nats.Msg{Subject: events.CommandSubject, Data: data}
+	natsx.SetMsgID(msg, cmd.KeyHash)
+	ack, err := l.pub.PublishMsg(ctx, msg)
 	if err != nil {
 		return app.Published{}, err
 	}
