@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
+
+	gojson "github.com/goccy/go-json"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/problem"
@@ -22,15 +25,15 @@ const (
 	MaxSKULen        = 64
 )
 
-// DecodeOrder decodes and validates the body of POST /v1/orders. It returns
+// DecodeOrder decodes (go-json) and validates the body of POST /v1/orders. It returns
 // every field error it finds, not only the first: a malformed body is a single
 // error on the field "". Field names match exactly (case matters) and unknown
 // fields are errors, so that a typo is not silently ignored.
 func DecodeOrder(body []byte) (events.OrderRequest, []problem.FieldError) {
 	var req events.OrderRequest
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		return req, []problem.FieldError{{Field: "", Reason: jsonReason(err, "the body must be a JSON object")}}
+	if err := gojson.Unmarshal(body, &fields); err != nil {
+		return req, []problem.FieldError{{Field: "", Reason: jsonReason(err, body)}}
 	}
 	if fields == nil { // the body was null
 		return req, []problem.FieldError{{Field: "", Reason: "the body must be a JSON object, not null"}}
@@ -101,8 +104,12 @@ func (d *decoder) text(field string, raw json.RawMessage, maxLen int) string {
 		return ""
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		d.fail(field, "must be a string")
+	if err := gojson.Unmarshal(raw, &s); err != nil {
+		if raw[0] == '"' {
+			d.fail(field, "must be a valid UTF-8 string")
+		} else {
+			d.fail(field, "must be a string")
+		}
 		return ""
 	}
 	n := utf8.RuneCountInString(s)
@@ -173,7 +180,7 @@ func (d *decoder) items(raw json.RawMessage) []events.Item {
 		return nil
 	}
 	var list []map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
+	if err := gojson.Unmarshal(raw, &list); err != nil {
 		d.fail("items", "must be an array of objects")
 		return nil
 	}
@@ -200,15 +207,17 @@ func (d *decoder) items(raw json.RawMessage) []events.Item {
 	return items
 }
 
-func jsonReason(err error, typeMsg string) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, syn.Error())
-	case errors.As(err, &typ):
-		return typeMsg
-	default:
-		return "malformed JSON: " + err.Error()
+func jsonReason(err error, body []byte) string {
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] != '{' && b[0] != 'n' {
+		return "the body must be a JSON object"
 	}
+	var syn *gojson.SyntaxError
+	if errors.As(err, &syn) {
+		msg := strings.TrimPrefix(syn.Error(), "json: ")
+		if strings.Contains(msg, "unexpected end of JSON input") {
+			msg = "unexpected end of JSON input"
+		}
+		return fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, msg)
+	}
+	return "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")
 }
