@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,6 +37,7 @@ type BenchCmd struct {
 	NATSURL     string        `name:"nats-url" env:"ORDERLY_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS of the orderly under test, for the publish baseline."`
 	Waiters     int           `name:"waiters" help:"Instead of load: hold this many long polls (GET ?wait=) on one pending order and report what they cost the server (memory, goroutines) from its /metrics. Run the server with --roles api,projector so the order stays pending."`
 	Hold        time.Duration `name:"hold" default:"30s" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait)."`
+	Rounds      int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy)."`
 }
 
 type benchReport struct {
@@ -77,19 +79,38 @@ func (c *BenchCmd) Run(g *globals) error {
 		mode = "async"
 	}
 	name := fmt.Sprintf("orderly (%s, %s)", mode, mix)
-	fmt.Fprintf(os.Stderr, "%s: %d connections, %s, ~%d-byte orders\n", name, c.Connections, describe(cfg), c.PayloadSize)
-	res, err := bench.Run(g.ctx, name, cfg)
-	if err != nil {
-		return err
+	rounds := max(c.Rounds, 1)
+	if !c.Baseline {
+		rounds = 1
 	}
-	rep.Results = append(rep.Results, res)
-
-	if c.Baseline {
-		ceiling, err := c.runCeiling(g.ctx, cfg)
+	var ours, ceilings []bench.Result
+	for round := 1; round <= rounds; round++ {
+		label := name
+		if rounds > 1 {
+			label = fmt.Sprintf("%s #%d", name, round)
+		}
+		fmt.Fprintf(os.Stderr, "%s: %d connections, %s, ~%d-byte orders\n", label, c.Connections, describe(cfg), c.PayloadSize)
+		res, err := bench.Run(g.ctx, label, cfg)
+		if err != nil {
+			return err
+		}
+		ours = append(ours, res)
+		rep.Results = append(rep.Results, res)
+		if !c.Baseline {
+			break
+		}
+		// Work the run left behind (an async backlog) would slow the ceiling down.
+		if err := bench.WaitIdle(g.ctx, c.NATSURL, 5*time.Minute, os.Stderr); err != nil {
+			return err
+		}
+		ceiling, err := c.runCeiling(g.ctx, cfg, round, rounds)
 		if err != nil {
 			return fmt.Errorf("baseline: %w", err)
 		}
+		ceilings = append(ceilings, ceiling)
 		rep.Results = append(rep.Results, ceiling)
+	}
+	if c.Baseline {
 		fmt.Fprintf(os.Stderr, "jetstream sync publish on %s: %d publishers, %s\n", c.NATSURL, c.Connections, describe(cfg))
 		pub, err := bench.PublishRate(g.ctx, bench.PublishConfig{NATSURL: c.NATSURL, Connections: c.Connections,
 			Duration: max(cfg.Duration, 5*time.Second), PayloadSize: c.PayloadSize})
@@ -97,9 +118,13 @@ func (c *BenchCmd) Run(g *globals) error {
 			return err
 		}
 		rep.Results = append(rep.Results, pub)
+		o, ceil := medianRate(ours), medianRate(ceilings)
 		rep.Ratios = map[string]string{
-			"orderly / gin ceiling":       fmt.Sprintf("%.2f", res.PerSecond/ceiling.PerSecond),
-			"orderly / jetstream publish": fmt.Sprintf("%.2f", res.PerSecond/pub.PerSecond),
+			"orderly / gin ceiling":       fmt.Sprintf("%.2f (%.0f / %.0f req/s)", o/ceil, o, ceil),
+			"orderly / jetstream publish": fmt.Sprintf("%.2f (%.0f / %.0f)", o/pub.PerSecond, o, pub.PerSecond),
+		}
+		if rounds > 1 {
+			rep.Ratios["orderly / gin ceiling"] += fmt.Sprintf(", medians of %d rounds", rounds)
 		}
 	}
 	for _, r := range rep.Results {
@@ -136,6 +161,18 @@ func (c *BenchCmd) runWaiters(g *globals) error {
 	return nil
 }
 
+func medianRate(rs []bench.Result) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = r.PerSecond
+	}
+	sort.Float64s(v)
+	if len(v) == 0 {
+		return 0
+	}
+	return v[len(v)/2]
+}
+
 func describe(cfg bench.Config) string {
 	if cfg.Duration > 0 {
 		return cfg.Duration.String()
@@ -146,7 +183,7 @@ func describe(cfg bench.Config) string {
 // runCeiling starts the bare gin handler in a child process of this binary (so
 // that it stands where orderly stands: another process on the same cores) and
 // runs the same load against it.
-func (c *BenchCmd) runCeiling(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+func (c *BenchCmd) runCeiling(ctx context.Context, cfg bench.Config, round, rounds int) (bench.Result, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return bench.Result{}, err
@@ -171,6 +208,9 @@ func (c *BenchCmd) runCeiling(ctx context.Context, cfg bench.Config) (bench.Resu
 	cfg.URL = strings.TrimSpace(line)
 	cfg.Mix = bench.Mix{New: 100} // the ceiling has no state: every request is new work
 	name := "gin ceiling (no NATS)"
+	if rounds > 1 {
+		name = fmt.Sprintf("%s #%d", name, round)
+	}
 	fmt.Fprintf(os.Stderr, "%s at %s: %d connections, %s\n", name, cfg.URL, cfg.Connections, describe(cfg))
 	return bench.Run(ctx, name, cfg)
 }

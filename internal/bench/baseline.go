@@ -179,3 +179,46 @@ func mustDecode(body []byte) events.OrderRequest {
 	}
 	return req
 }
+
+// WaitIdle waits until orderly's processor and projector consumers have
+// nothing pending (the work a run left behind is done), or timeout passes.
+func WaitIdle(ctx context.Context, natsURL string, timeout time.Duration, progress io.Writer) error {
+	nc, err := nats.Connect(natsURL, nats.Name("orderly-bench"))
+	if err != nil {
+		return fmt.Errorf("waiting for the backlog: connect to %s: %w", natsURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		pending := uint64(0)
+		for _, c := range [][2]string{{events.CommandStream, "processor"}, {events.EventStream, "projector"}} {
+			cons, err := js.Consumer(ctx, c[0], c[1])
+			if err != nil {
+				return fmt.Errorf("waiting for the backlog: %w", err)
+			}
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return err
+			}
+			pending += info.NumPending + uint64(info.NumAckPending)
+		}
+		if pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the backlog (%d messages) did not drain in %s", pending, timeout)
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "\r  waiting for the processing backlog: %d messages   ", pending)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
