@@ -33,7 +33,7 @@ type Event[T any] struct {
 	// SpecVersion is always "1.0".
 	SpecVersion string `json:"specversion"`
 	// ID is deterministic: "<order_id>.<kind>", for example
-	// "ord_01J9Z3N8K1W6XG2S7Q4V5T0R8M.created". The same value is the NATS
+	// "ord_0000000000001WWZAD2XPDAXP2.created". The same value is the NATS
 	// Nats-Msg-Id header. Consumers use it to drop duplicates.
 	ID string `json:"id"`
 	// Source is always "orderly".

@@ -47,7 +47,7 @@ const (
 )
 
 // EventSubject is the subject of an event of kind k about orderID, for example
-// orders.events.created.ord_01J9Z3N8K1W6XG2S7Q4V5T0R8M.
+// orders.events.created.ord_0000000000001WWZAD2XPDAXP2.
 func EventSubject(k Kind, orderID string) string {
 	return EventSubjectPrefix + string(k) + "." + orderID
 }
@@ -64,7 +64,7 @@ const OrderIDPrefix = "ord_"
 // An order ID is "ord_", the stream sequence of the order's command in
 // ORDER_COMMANDS (13 characters of Crockford base32, so IDs sort by arrival),
 // and the command's nonce (13 random characters): 30 characters in all, for
-// example ord_00000000001Z4A8K2M9QX7RT3. The sequence makes the command of a
+// example ord_0000000000001WWZAD2XPDAXP2. The sequence makes the command of a
 // pending order one direct read away; the nonce makes IDs unguessable and
 // unique even across a recreated stream. An ID is a single NATS subject token
 // and a valid key-value key.
