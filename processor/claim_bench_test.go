@@ -1,4 +1,4 @@
-package processor
+package processor_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/projections"
 )
 
@@ -55,7 +56,7 @@ func BenchmarkClaim(b *testing.B) {
 			name = "parallel32"
 		}
 		b.Run("KVCreate/"+name, func(b *testing.B) {
-			js := natsx.StartTestJetStream(b, natsx.Fsync{Interval: time.Second})
+			js := orderlytest.JetStream(b, natsx.Fsync{Interval: time.Second})
 			store, err := projections.OpenStore(context.Background(), js)
 			if err != nil {
 				b.Fatal(err)
@@ -70,7 +71,7 @@ func BenchmarkClaim(b *testing.B) {
 			})
 		})
 		b.Run("KVCreateLost/"+name, func(b *testing.B) {
-			js := natsx.StartTestJetStream(b, natsx.Fsync{Interval: time.Second})
+			js := orderlytest.JetStream(b, natsx.Fsync{Interval: time.Second})
 			store, err := projections.OpenStore(context.Background(), js)
 			if err != nil {
 				b.Fatal(err)
@@ -88,7 +89,7 @@ func BenchmarkClaim(b *testing.B) {
 			})
 		})
 		b.Run("ExpectedSeqPublish/"+name, func(b *testing.B) {
-			js := natsx.StartTestJetStream(b, natsx.Fsync{Interval: time.Second})
+			js := orderlytest.JetStream(b, natsx.Fsync{Interval: time.Second})
 			if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "CLAIMS", Subjects: []string{"claims.>"}, Storage: jetstream.FileStorage}); err != nil {
 				b.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
 // TestBatcher: concurrent publishes go out as atomic batches, every caller gets
@@ -20,7 +21,7 @@ import (
 // its own answer.
 func TestBatcher(t *testing.T) {
 	t.Parallel()
-	js := natsx.StartTestJetStream(t, natsx.Fsync{Always: true})
+	js := orderlytest.JetStream(t, natsx.Fsync{Always: true})
 	b := natsx.NewBatcher(js, 2, 5*time.Second)
 	t.Cleanup(b.Stop)
 	ctx := context.Background()

@@ -1,4 +1,4 @@
-package natsx
+package orderlytest
 
 import (
 	"context"
@@ -7,16 +7,18 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/internal/natsx"
 )
 
-// StartTestJetStream starts an in-process embedded server with the topology for
-// a test or benchmark, and returns a JetStream context on it. Everything stops
+// JetStream starts an in-process embedded server with orderly's topology for a
+// test or benchmark, and returns a JetStream context on it. Everything stops
 // when the test ends.
-func StartTestJetStream(tb testing.TB, fsync Fsync) jetstream.JetStream {
+func JetStream(tb testing.TB, fsync natsx.Fsync) jetstream.JetStream {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns, err := StartEmbedded(ctx, EmbeddedConfig{ServerName: "test", StoreDir: tb.TempDir(), Fsync: fsync})
+	ns, err := natsx.StartEmbedded(ctx, natsx.EmbeddedConfig{ServerName: "test", StoreDir: tb.TempDir(), Fsync: fsync})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -30,7 +32,7 @@ func StartTestJetStream(tb testing.TB, fsync Fsync) jetstream.JetStream {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := DefaultTopology().Ensure(ctx, js); err != nil {
+	if err := natsx.DefaultTopology().Ensure(ctx, js); err != nil {
 		tb.Fatal(err)
 	}
 	return js
