@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"time"
 
@@ -32,18 +33,28 @@ func (c *EventsTailCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(c.NATSURL, nats.Name("orderly-events-tail"), nats.Timeout(5*time.Second))
+	js, closeNC, err := connectJS(c.NATSURL, "orderly-events-tail")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
+	defer closeNC()
 	_, err = tail.Tail(g.ctx, js, tail.Options{Kind: kind, Since: c.Since, Follow: c.Follow, JSON: c.JSON}, os.Stdout)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
+}
+
+// connectJS connects a tool to orderly's NATS.
+func connectJS(url, name string) (jetstream.JetStream, func(), error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
 }

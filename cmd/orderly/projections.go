@@ -7,8 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/orderly-dev/orderly/projections"
@@ -28,15 +26,11 @@ type RebuildCmd struct {
 
 // Run rebuilds.
 func (c *RebuildCmd) Run(g *globals) error {
-	nc, err := nats.Connect(c.NATSURL, nats.Name("orderly-rebuild"), nats.Timeout(5*time.Second))
+	js, closeNC, err := connectJS(c.NATSURL, "orderly-rebuild")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
+	defer closeNC()
 	store, err := projections.OpenStore(g.ctx, js)
 	if err != nil {
 		return err

@@ -168,7 +168,7 @@ func PublishRate(ctx context.Context, cfg PublishConfig) (Result, error) {
 	}
 	res.Requests = len(res.samples)
 	res.PerSecond = float64(res.Requests) / elapsed.Seconds()
-	res.Latency = percentiles(res.samples)
+	res.Latency = PercentilesOf(res.samples)
 	return res, nil
 }
 

@@ -377,7 +377,7 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer) Result {
 	}
 	res.Requests = len(res.samples)
 	res.PerSecond = float64(res.Requests) / elapsed.Seconds()
-	res.Latency = percentiles(res.samples)
+	res.Latency = PercentilesOf(res.samples)
 	return res
 }
 
@@ -445,7 +445,8 @@ func (r *run) progress(w io.Writer, done *atomic.Int64, start time.Time) func() 
 	return func() { close(stop); <-finished }
 }
 
-func percentiles(samples []time.Duration) Percentiles {
+// PercentilesOf sorts samples and returns their percentiles.
+func PercentilesOf(samples []time.Duration) Percentiles {
 	if len(samples) == 0 {
 		return Percentiles{}
 	}

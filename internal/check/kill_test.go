@@ -3,7 +3,6 @@ package check_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/internal/check"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
 // buildOrderly builds the orderly binary once for the test.
@@ -25,16 +25,6 @@ func buildOrderly(t *testing.T) string {
 		t.Fatalf("go build: %v", err)
 	}
 	return bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // serveProcess is `orderly serve` as a child process that can be killed -9.
@@ -86,7 +76,7 @@ func TestKill9MidLoad(t *testing.T) {
 	}
 	t.Parallel()
 	bin := buildOrderly(t)
-	httpPort, natsPort := freePort(t), freePort(t)
+	httpPort, natsPort := orderlytest.FreePort(t), orderlytest.FreePort(t)
 	p := &serveProcess{t: t, bin: bin, url: fmt.Sprintf("http://127.0.0.1:%d", httpPort), args: []string{"serve",
 		"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:" + strconv.Itoa(httpPort),
 		"--nats-listen", "127.0.0.1:" + strconv.Itoa(natsPort), "--dedup-window", "2s"}}

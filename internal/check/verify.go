@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/bench"
 )
 
 // storedEvent is what the checker needs from an event.
@@ -99,15 +99,15 @@ type Violation struct {
 
 // Report is the outcome of a check run.
 type Report struct {
-	Seconds    float64            `json:"seconds"`
-	Orders     int                `json:"orders"`
-	Scenarios  map[string]int     `json:"scenarios"`
-	Requests   int                `json:"requests"`
-	Outcomes   map[string]int     `json:"outcomes"`
-	LatencyMS  map[string]float64 `json:"latency_ms"`
-	Events     int                `json:"events"`
-	Violations []Violation        `json:"violations"`
-	Details    []*Order           `json:"orders_detail,omitempty"`
+	Seconds    float64           `json:"seconds"`
+	Orders     int               `json:"orders"`
+	Scenarios  map[string]int    `json:"scenarios"`
+	Requests   int               `json:"requests"`
+	Outcomes   map[string]int    `json:"outcomes"`
+	LatencyMS  bench.Percentiles `json:"latency_ms"`
+	Events     int               `json:"events"`
+	Violations []Violation       `json:"violations"`
+	Details    []*Order          `json:"orders_detail,omitempty"`
 }
 
 // OK reports whether no promise was broken.
@@ -220,7 +220,7 @@ func (r *runner) verify(evs []storedEvent, took time.Duration) *Report {
 			rep.Violations = append(rep.Violations, Violation{Rule: rule, Detail: fmt.Sprintf("%d more", n-maxViolationsPer)})
 		}
 	}
-	rep.LatencyMS = percentiles(lat)
+	rep.LatencyMS = bench.PercentilesOf(lat)
 	rep.Details = r.orders
 	return rep
 }
@@ -259,15 +259,6 @@ func outcome(a Attempt) string {
 	}
 }
 
-func percentiles(d []time.Duration) map[string]float64 {
-	if len(d) == 0 {
-		return map[string]float64{}
-	}
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	at := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000 }
-	return map[string]float64{"p50": at(.5), "p95": at(.95), "p99": at(.99), "max": at(1)}
-}
-
 // Print writes the summary table.
 func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\n%d logical orders in %.1fs, %d requests, %d events checked\n\n", r.Orders, r.Seconds, r.Requests, r.Events)
@@ -282,7 +273,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t\n", o, r.Outcomes[o])
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nlatency ms: p50 %.2f  p95 %.2f  p99 %.2f  max %.2f\n", r.LatencyMS["p50"], r.LatencyMS["p95"], r.LatencyMS["p99"], r.LatencyMS["max"])
+	fmt.Fprintf(w, "\nlatency ms: p50 %.2f  p95 %.2f  p99 %.2f  max %.2f\n", r.LatencyMS.P50, r.LatencyMS.P95, r.LatencyMS.P99, r.LatencyMS.Max)
 	if r.OK() {
 		fmt.Fprintln(w, "\nviolations: none")
 		return

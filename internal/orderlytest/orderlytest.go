@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -217,6 +218,17 @@ func CreatedByKey(t testing.TB, js jetstream.JetStream) map[string]int {
 		n[d.IdempotencyKeyHash]++
 	}
 	return n
+}
+
+// FreePort returns a TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Eventually polls cond every 20ms until it holds or timeout passes.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -268,7 +267,7 @@ func TestRestartKeepsResults(t *testing.T) {
 func TestNATSUnavailable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	port := freePort(t)
+	port := orderlytest.FreePort(t)
 	startNATS := func() func() {
 		ns, err := natsx.StartEmbedded(context.Background(), natsx.EmbeddedConfig{
 			ServerName: "ext", StoreDir: dir, Listen: "127.0.0.1:" + strconv.Itoa(port), Fsync: natsx.Fsync{Interval: time.Second},
@@ -313,16 +312,6 @@ func TestNATSUnavailable(t *testing.T) {
 	if n := orderlytest.CreatedByKey(t, inst.JetStream(t))[api.KeyHash(api.DefaultTenant, "during")]; n != 1 {
 		t.Fatalf("%d orders for the retried key, want 1", n)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestConfigValidation lists every problem at once.
