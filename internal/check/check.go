@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
+
 	"github.com/orderly-dev/orderly/api"
 )
 
@@ -426,31 +428,45 @@ func (r *runner) readBack(ctx context.Context) {
 	wg.Wait()
 }
 
+// progress shows a bar over the workload's duration (or order count) with the
+// number of logical orders started.
 func (r *runner) progress(start, end time.Time) func() {
 	if r.cfg.Progress == nil {
 		return func() {}
 	}
+	max := int64(r.cfg.Orders)
+	byTime := r.cfg.Duration > 0
+	if byTime {
+		max = end.Sub(start).Milliseconds()
+	}
+	bar := progressbar.NewOptions64(max,
+		progressbar.OptionSetWriter(r.cfg.Progress),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionShowDescriptionAtLineEnd(),
+		progressbar.OptionSetElapsedTime(false),
+		progressbar.OptionSetPredictTime(false),
+	)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
-		width := 30
 		for {
 			select {
 			case <-stop:
+				_ = bar.Finish()
 				fmt.Fprintln(r.cfg.Progress)
 				return
 			case now := <-t.C:
-				frac := 1.0
-				if r.cfg.Duration > 0 {
-					frac = min(now.Sub(start).Seconds()/end.Sub(start).Seconds(), 1)
-				} else if r.cfg.Orders > 0 {
-					frac = min(float64(r.started.Load())/float64(r.cfg.Orders), 1)
+				n := r.started.Load()
+				bar.Describe(fmt.Sprintf("%d orders", n))
+				if byTime {
+					_ = bar.Set64(min(now.Sub(start).Milliseconds(), max))
+				} else {
+					_ = bar.Set64(min(n, max))
 				}
-				n := int(frac * float64(width))
-				fmt.Fprintf(r.cfg.Progress, "\r  [%s%s] %3.0f%%  %d orders", strings.Repeat("=", n), strings.Repeat(" ", width-n), 100*frac, r.started.Load())
 			}
 		}
 	}()
