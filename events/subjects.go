@@ -1,6 +1,9 @@
 package events
 
-import "strings"
+import (
+	"crypto/rand"
+	"strings"
+)
 
 // Streams and key-value buckets. A stream or bucket name is part of the contract:
 // consumers bind to ORDER_EVENTS by name.
@@ -107,6 +110,19 @@ func ParseOrderID(id string) (seq uint64, nonce string, ok bool) {
 func ValidOrderID(id string) bool {
 	_, _, ok := ParseOrderID(id)
 	return ok
+}
+
+// NewNonce returns a fresh command nonce: NonceLen random characters of
+// Crockford base32 (65 random bits).
+func NewNonce() string {
+	var raw [NonceLen]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	for i := range raw {
+		raw[i] = crockford[raw[i]&31]
+	}
+	return string(raw[:])
 }
 
 // ValidNonce reports whether n is NonceLen characters of Crockford base32.

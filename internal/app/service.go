@@ -136,7 +136,7 @@ func NewService(cfg Config, models ReadModels, watch Watcher, commands Commands,
 		return nil, err
 	}
 	return &Service{cfg: cfg, models: models, watch: watch, commands: commands, events: log, logger: logger,
-		now: time.Now, newNonce: NewNonce, draining: make(chan struct{})}, nil
+		now: time.Now, newNonce: events.NewNonce, draining: make(chan struct{})}, nil
 }
 
 // available fails fast while NATS is known to be unreachable.

@@ -2,26 +2,11 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/projections"
 )
-
-// NewNonce returns a fresh command nonce: events.NonceLen random characters of
-// Crockford base32 (65 bits).
-func NewNonce() string {
-	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-	var raw [events.NonceLen]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		panic(err) // crypto/rand does not fail on supported platforms
-	}
-	for i := range raw {
-		raw[i] = alphabet[raw[i]&31]
-	}
-	return string(raw[:])
-}
 
 // SubmitOrder is a validated POST /v1/orders.
 type SubmitOrder struct {

@@ -22,7 +22,6 @@ import (
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/projections"
 )
 
@@ -62,7 +61,7 @@ func BaselineHandler() http.Handler {
 		_ = api.KeyHash(api.DefaultTenant, key)
 		fp := api.Fingerprint(req)
 		sum, _ := req.Sum()
-		id := events.OrderID(seq.Add(1), app.NewNonce())
+		id := events.OrderID(seq.Add(1), events.NewNonce())
 		now := time.Now().UTC()
 		order := projections.CreatedOrder(events.OrderCreated{
 			OrderID: id, CustomerID: req.CustomerID, Currency: req.Currency, Items: req.Items, Total: sum,

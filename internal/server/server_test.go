@@ -15,7 +15,6 @@ import (
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/internal/natsx"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -163,7 +162,7 @@ func decode(t *testing.T, body []byte) events.OrderRequest {
 func publishCommand(t *testing.T, js jetstream.JetStream, key, fingerprint string, body []byte) string {
 	t.Helper()
 	cmd := events.CreateOrder{
-		Type: events.CreateOrderType, Nonce: app.NewNonce(), Tenant: api.DefaultTenant,
+		Type: events.CreateOrderType, Nonce: events.NewNonce(), Tenant: api.DefaultTenant,
 		KeyHash: api.KeyHash(api.DefaultTenant, key), Fingerprint: fingerprint,
 		AcceptedAt: time.Now(), Request: decode(t, body),
 	}
