@@ -397,15 +397,27 @@ func (r *run) nextKey(rng *rand.Rand) (string, int) {
 }
 
 // progress shows a bar over the run's duration (or request budget) with the
-// current rate, updated every half second.
+// current rate.
 func (r *run) progress(w io.Writer, done *atomic.Int64, start time.Time) func() {
 	if w == nil {
 		return func() {}
 	}
-	max := int64(r.cfg.Requests)
-	byTime := r.cfg.Duration > 0
+	var last int64
+	lastAt := start
+	return Progress(w, start, r.cfg.Duration, int64(r.cfg.Requests), done.Load, func(n int64, now time.Time) string {
+		rate := float64(n-last) / now.Sub(lastAt).Seconds()
+		last, lastAt = n, now
+		return fmt.Sprintf("%9d requests  %7.0f req/s", n, rate)
+	})
+}
+
+// Progress shows a progress bar on w, updated every half second until the
+// returned stop is called: over d from start when d > 0, else over total
+// items, of which count reports how many are done. describe labels the bar.
+func Progress(w io.Writer, start time.Time, d time.Duration, total int64, count func() int64, describe func(n int64, now time.Time) string) (stop func()) {
+	max, byTime := total, d > 0
 	if byTime {
-		max = r.cfg.Duration.Milliseconds()
+		max = d.Milliseconds()
 	}
 	bar := progressbar.NewOptions64(max,
 		progressbar.OptionSetWriter(w),
@@ -415,25 +427,21 @@ func (r *run) progress(w io.Writer, done *atomic.Int64, start time.Time) func() 
 		progressbar.OptionSetElapsedTime(false),
 		progressbar.OptionSetPredictTime(false),
 	)
-	stop := make(chan struct{})
+	halt := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
-		var last int64
-		lastAt := start
 		for {
 			select {
-			case <-stop:
+			case <-halt:
 				_ = bar.Finish()
 				fmt.Fprintln(w)
 				return
 			case now := <-t.C:
-				n := done.Load()
-				rate := float64(n-last) / now.Sub(lastAt).Seconds()
-				last, lastAt = n, now
-				bar.Describe(fmt.Sprintf("%9d requests  %7.0f req/s", n, rate))
+				n := count()
+				bar.Describe(describe(n, now))
 				if byTime {
 					_ = bar.Set64(min(now.Sub(start).Milliseconds(), max))
 				} else {
@@ -442,7 +450,7 @@ func (r *run) progress(w io.Writer, done *atomic.Int64, start time.Time) func() 
 			}
 		}
 	}()
-	return func() { close(stop); <-finished }
+	return func() { close(halt); <-finished }
 }
 
 // PercentilesOf sorts samples and returns their percentiles.

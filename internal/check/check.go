@@ -22,9 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/internal/bench"
 )
 
 // Scenario is how a logical order's client behaves.
@@ -434,43 +433,12 @@ func (r *runner) progress(start, end time.Time) func() {
 	if r.cfg.Progress == nil {
 		return func() {}
 	}
-	max := int64(r.cfg.Orders)
-	byTime := r.cfg.Duration > 0
-	if byTime {
-		max = end.Sub(start).Milliseconds()
+	d := time.Duration(0)
+	if r.cfg.Duration > 0 {
+		d = end.Sub(start)
 	}
-	bar := progressbar.NewOptions64(max,
-		progressbar.OptionSetWriter(r.cfg.Progress),
-		progressbar.OptionSetWidth(30),
-		progressbar.OptionThrottle(200*time.Millisecond),
-		progressbar.OptionShowDescriptionAtLineEnd(),
-		progressbar.OptionSetElapsedTime(false),
-		progressbar.OptionSetPredictTime(false),
-	)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				_ = bar.Finish()
-				fmt.Fprintln(r.cfg.Progress)
-				return
-			case now := <-t.C:
-				n := r.started.Load()
-				bar.Describe(fmt.Sprintf("%d orders", n))
-				if byTime {
-					_ = bar.Set64(min(now.Sub(start).Milliseconds(), max))
-				} else {
-					_ = bar.Set64(min(n, max))
-				}
-			}
-		}
-	}()
-	return func() { close(stop); <-done }
+	return bench.Progress(r.cfg.Progress, start, d, int64(r.cfg.Orders), r.started.Load,
+		func(n int64, _ time.Time) string { return fmt.Sprintf("%d orders", n) })
 }
 
 // sortedKeys returns the keys of m in order.
