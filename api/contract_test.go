@@ -78,7 +78,7 @@ func TestAcceptedWhenNotDecidedWithinWait(t *testing.T) {
 	t.Parallel()
 	cfg := orderlytest.Config(t)
 	cfg.Roles = server.Roles{API: true, Projector: true} // no processor: nothing gets decided
-	cfg.API.Wait = 200 * time.Millisecond
+	cfg.API.Wait = 500 * time.Millisecond
 	inst := orderlytest.Start(t, cfg)
 
 	start := time.Now()
