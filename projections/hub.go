@@ -14,10 +14,10 @@ import (
 	"github.com/orderly-dev/orderly/events"
 )
 
-// Hub follows ORDER_RESULTS (a KV watch) and ORDER_EVENTS (an ordered consumer
-// of headers only), one server consumer each per process whatever the number
-// of waiters, and fans every update out to the requests waiting for that key
-// or order. It also keeps the most recently completed results in memory, so
+// Hub follows ORDER_RESULTS (a KV watch) and, while anyone long-polls,
+// ORDER_EVENTS (an ordered consumer of headers only): one server consumer each
+// per process whatever the number of waiters. It fans every update out to the
+// requests waiting for that key or order. It also keeps the most recently completed results in memory, so
 // that replays of fresh keys cost no round trip.
 //
 // A completed result never changes until it expires, so a cached one is as good
@@ -29,8 +29,13 @@ type Hub struct {
 	orders  fanout[struct{}]
 	cache   *lru.Cache[string, Result]
 
+	ctx  context.Context
 	stop func()
 	done sync.WaitGroup
+
+	evMu   sync.Mutex
+	events jetstream.ConsumeContext // nil while nobody long-polls
+	idle   *time.Timer
 }
 
 // NewHub returns a hub over store that caches up to cacheSize completed results
@@ -47,8 +52,12 @@ func NewHub(store *Store, cacheSize int, logger *slog.Logger) (*Hub, error) {
 	return h, nil
 }
 
-// Start opens the watches. Every update stored after Start returns reaches the
-// waiters registered at that time. Stop ends them.
+// Start opens the watch of ORDER_RESULTS. Every update stored after Start
+// returns reaches the waiters registered at that time. Stop ends it.
+//
+// The consumer of ORDER_EVENTS that wakes long polls starts with the first
+// order waiter and stops after ordersIdle without one: a process nobody
+// long-polls does not receive every event.
 func (h *Hub) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	rw, err := h.store.results.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
@@ -56,44 +65,95 @@ func (h *Hub) Start(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("watch %s: %w", h.store.results.Bucket(), err)
 	}
-	evs, err := h.store.js.OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{
+	h.ctx = ctx
+	h.stop = func() {
+		cancel()
+		_ = rw.Stop()
+		h.evMu.Lock()
+		if h.events != nil {
+			h.events.Stop()
+			h.events = nil
+		}
+		if h.idle != nil {
+			h.idle.Stop()
+		}
+		h.evMu.Unlock()
+	}
+	h.done.Add(1)
+	go h.follow(rw, h.applyResult)
+	return nil
+}
+
+// ordersIdle is how long the events consumer outlives the last order waiter.
+const ordersIdle = 30 * time.Second
+
+// followEvents starts the consumer of ORDER_EVENTS if it is not running. It
+// returns once the consumer exists, so every event stored afterwards is seen.
+func (h *Hub) followEvents() error {
+	h.evMu.Lock()
+	defer h.evMu.Unlock()
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
+	}
+	if h.events != nil || h.ctx == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+	defer cancel()
+	cons, err := h.store.js.OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.EventSubjects}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
 	})
 	if err != nil {
-		cancel()
-		_ = rw.Stop()
 		return fmt.Errorf("follow %s: %w", events.EventStream, err)
 	}
-	ec, err := evs.Consume(func(m jetstream.Msg) {
+	cc, err := cons.Consume(func(m jetstream.Msg) {
 		subj := m.Subject()
 		h.orders.publish(subj[strings.LastIndexByte(subj, '.')+1:], struct{}{})
 	})
 	if err != nil {
-		cancel()
-		_ = rw.Stop()
 		return fmt.Errorf("follow %s: %w", events.EventStream, err)
 	}
-	h.stop = func() {
-		cancel()
-		_ = rw.Stop()
-		ec.Stop()
-	}
-	h.done.Add(1)
-	go h.follow(rw, func(e jetstream.KeyValueEntry) {
-		r, err := DecodeResult(e.Value())
-		if err != nil {
-			h.logger.Error("undecodable result", "key", e.Key(), "err", err)
-			return
-		}
-		r.Stored = e.Created()
-		if r.Completed() {
-			h.Remember(e.Key(), r)
-		} else if h.cache != nil {
-			h.cache.Remove(e.Key())
-		}
-		h.results.publish(e.Key(), r)
-	})
+	h.events = cc
 	return nil
+}
+
+// releaseEvents stops the events consumer once no order waiter is left for
+// ordersIdle.
+func (h *Hub) releaseEvents() {
+	if h.orders.count() > 0 {
+		return
+	}
+	h.evMu.Lock()
+	defer h.evMu.Unlock()
+	if h.events == nil || h.idle != nil {
+		return
+	}
+	h.idle = time.AfterFunc(ordersIdle, func() {
+		h.evMu.Lock()
+		defer h.evMu.Unlock()
+		if h.orders.count() == 0 && h.events != nil {
+			h.events.Stop()
+			h.events = nil
+		}
+		h.idle = nil
+	})
+}
+
+// applyResult caches a completed result and wakes the key's waiters.
+func (h *Hub) applyResult(e jetstream.KeyValueEntry) {
+	r, err := DecodeResult(e.Value())
+	if err != nil {
+		h.logger.Error("undecodable result", "key", e.Key(), "err", err)
+		return
+	}
+	r.Stored = e.Created()
+	if r.Completed() {
+		h.Remember(e.Key(), r)
+	} else if h.cache != nil {
+		h.cache.Remove(e.Key())
+	}
+	h.results.publish(e.Key(), r)
 }
 
 func (h *Hub) follow(w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry)) {
@@ -141,8 +201,17 @@ func (h *Hub) Remember(key string, r Result) {
 func (h *Hub) WatchResult(key string) *Sub[Result] { return h.results.subscribe(key) }
 
 // WatchOrder registers a waiter for the decision of orderID: C receives a
-// value when the order's event is stored. Close it when done.
-func (h *Hub) WatchOrder(orderID string) *Sub[struct{}] { return h.orders.subscribe(orderID) }
+// value when the order's event is stored. Close it when done. When the events
+// consumer cannot be started (NATS is away), the waiter is registered anyway and
+// the caller's deadline ends the wait.
+func (h *Hub) WatchOrder(orderID string) *Sub[struct{}] {
+	sub := h.orders.subscribe(orderID)
+	if err := h.followEvents(); err != nil {
+		h.logger.Warn("long polls wait for their deadline", "err", err)
+	}
+	sub.onClose = h.releaseEvents
+	return sub
+}
 
 // Waiters is the number of registered waiters, for metrics.
 func (h *Hub) Waiters() int { return h.results.count() + h.orders.count() }
@@ -150,13 +219,19 @@ func (h *Hub) Waiters() int { return h.results.count() + h.orders.count() }
 // Sub receives the updates of one key. C holds the latest update not yet read:
 // a waiter that is slow misses intermediate values, never the last one.
 type Sub[V any] struct {
-	C   chan V
-	key string
-	f   *fanout[V]
+	C       chan V
+	key     string
+	f       *fanout[V]
+	onClose func()
 }
 
 // Close unregisters the waiter.
-func (s *Sub[V]) Close() { s.f.unsubscribe(s) }
+func (s *Sub[V]) Close() {
+	s.f.unsubscribe(s)
+	if s.onClose != nil {
+		s.onClose()
+	}
+}
 
 type fanout[V any] struct {
 	mu   sync.Mutex
