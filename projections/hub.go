@@ -33,17 +33,38 @@ type Hub struct {
 	stop func()
 	done sync.WaitGroup
 
-	evMu   sync.Mutex
-	events jetstream.ConsumeContext // nil while nobody long-polls
-	idle   *time.Timer
+	evMu       sync.Mutex
+	events     jetstream.ConsumeContext // nil while nobody long-polls
+	idle       *time.Timer
+	eventsIdle time.Duration
+}
+
+// HubConfig configures a Hub.
+type HubConfig struct {
+	// CacheSize is how many completed results are kept in memory; 0 disables
+	// the cache.
+	CacheSize int
+	// EventsIdle is how long the consumer of ORDER_EVENTS outlives the last
+	// order waiter (default 30s).
+	EventsIdle time.Duration
+}
+
+// EventsFollowed reports whether the consumer of ORDER_EVENTS runs.
+func (h *Hub) EventsFollowed() bool {
+	h.evMu.Lock()
+	defer h.evMu.Unlock()
+	return h.events != nil
 }
 
 // NewHub returns a hub over store that caches up to cacheSize completed results
 // (0 disables the cache).
-func NewHub(store *Store, cacheSize int, logger *slog.Logger) (*Hub, error) {
-	h := &Hub{store: store, logger: logger.With("component", "hub")}
-	if cacheSize > 0 {
-		c, err := lru.New[string, Result](cacheSize)
+func NewHub(store *Store, cfg HubConfig, logger *slog.Logger) (*Hub, error) {
+	if cfg.EventsIdle <= 0 {
+		cfg.EventsIdle = 30 * time.Second
+	}
+	h := &Hub{store: store, logger: logger.With("component", "hub"), eventsIdle: cfg.EventsIdle}
+	if cfg.CacheSize > 0 {
+		c, err := lru.New[string, Result](cfg.CacheSize)
 		if err != nil {
 			return nil, err
 		}
@@ -56,8 +77,8 @@ func NewHub(store *Store, cacheSize int, logger *slog.Logger) (*Hub, error) {
 // returns reaches the waiters registered at that time. Stop ends it.
 //
 // The consumer of ORDER_EVENTS that wakes long polls starts with the first
-// order waiter and stops after ordersIdle without one: a process nobody
-// long-polls does not receive every event.
+// order waiter and stops after HubConfig.EventsIdle without one: a process
+// nobody long-polls does not receive every event.
 func (h *Hub) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	rw, err := h.store.results.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
@@ -83,9 +104,6 @@ func (h *Hub) Start(ctx context.Context) error {
 	go h.follow(rw, h.applyResult)
 	return nil
 }
-
-// ordersIdle is how long the events consumer outlives the last order waiter.
-const ordersIdle = 30 * time.Second
 
 // followEvents starts the consumer of ORDER_EVENTS if it is not running. It
 // returns once the consumer exists, so every event stored afterwards is seen.
@@ -119,7 +137,7 @@ func (h *Hub) followEvents() error {
 }
 
 // releaseEvents stops the events consumer once no order waiter is left for
-// ordersIdle.
+// the idle time.
 func (h *Hub) releaseEvents() {
 	if h.orders.count() > 0 {
 		return
@@ -129,7 +147,7 @@ func (h *Hub) releaseEvents() {
 	if h.events == nil || h.idle != nil {
 		return
 	}
-	h.idle = time.AfterFunc(ordersIdle, func() {
+	h.idle = time.AfterFunc(h.eventsIdle, func() {
 		h.evMu.Lock()
 		defer h.evMu.Unlock()
 		if h.orders.count() == 0 && h.events != nil {

@@ -364,7 +364,7 @@ func (s *Server) startProjector(ctx context.Context, wjs jetstream.JetStream, st
 }
 
 func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, store *projections.Store) error {
-	hub, err := projections.NewHub(store, s.cfg.ResultCache, s.logger)
+	hub, err := projections.NewHub(store, projections.HubConfig{CacheSize: s.cfg.ResultCache}, s.logger)
 	if err != nil {
 		return err
 	}
