@@ -2,8 +2,13 @@ package orderlytest
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,4 +41,59 @@ func JetStream(tb testing.TB, fsync natsx.Fsync) jetstream.JetStream {
 		tb.Fatal(err)
 	}
 	return js
+}
+
+// Cluster starts an n-node embedded NATS cluster with JetStream (each node
+// with its own store, client port and route port) and returns the client URLs,
+// comma-separated. stop(i) shuts node i down; everything stops when the test ends.
+func Cluster(tb testing.TB, n int) (urls string, stop func(i int)) {
+	tb.Helper()
+	clientPorts, routePorts := make([]int, n), make([]int, n)
+	for i := range clientPorts {
+		clientPorts[i], routePorts[i] = FreePort(tb), FreePort(tb)
+	}
+	nodes := make([]*server.Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		var routes []string
+		for j := 0; j < n; j++ {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", routePorts[j]))
+			}
+		}
+		cfg := natsx.EmbeddedConfig{
+			ServerName: fmt.Sprintf("node-%d", i), StoreDir: tb.TempDir(),
+			Listen: fmt.Sprintf("127.0.0.1:%d", clientPorts[i]), Fsync: natsx.Fsync{Interval: time.Second},
+			Cluster: &natsx.ClusterConfig{Name: "orderly-test", Listen: fmt.Sprintf("127.0.0.1:%d", routePorts[i]), Routes: routes},
+		}
+		wg.Add(1)
+		go func() { // all at once: JetStream needs a quorum before any node is ready
+			defer wg.Done()
+			nodes[i], errs[i] = natsx.StartEmbedded(context.Background(), cfg)
+		}()
+	}
+	wg.Wait()
+	var once sync.Map
+	stop = func(i int) {
+		if _, done := once.LoadOrStore(i, true); !done && nodes[i] != nil {
+			nodes[i].Shutdown()
+			nodes[i].WaitForShutdown()
+		}
+	}
+	tb.Cleanup(func() {
+		for i := range nodes {
+			stop(i)
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			tb.Fatalf("cluster node %d: %v", i, err)
+		}
+	}
+	list := make([]string, n)
+	for i, p := range clientPorts {
+		list[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
+	}
+	return strings.Join(list, ","), stop
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
@@ -48,6 +49,17 @@ func (l *Log) Publish(ctx context.Context, cmd events.CreateOrder) (app.Publishe
 	msg := &nats.Msg{Subject: events.CommandSubject, Data: data}
 	natsx.SetMsgID(msg, cmd.KeyHash)
 	ack, err := l.pub.PublishMsg(ctx, msg)
+	// On a replicated stream a duplicate racing its original is refused while
+	// the original is being stored; a moment later it is acked as the duplicate
+	// it is, with the original's sequence.
+	for wait := 2 * time.Millisecond; natsx.IsDuplicateInProcess(err); wait = min(2*wait, 100*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return app.Published{}, err
+		case <-time.After(wait):
+		}
+		ack, err = l.pub.PublishMsg(ctx, msg)
+	}
 	if err != nil {
 		return app.Published{}, err
 	}

@@ -1,0 +1,104 @@
+package server_test
+
+import (
+	"bytes"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// TestClusterR3 runs two orderly processes against a three-node NATS cluster
+// with replicated streams: one key makes one order across both processes,
+// replays are identical whichever process answers, and losing a node loses
+// nothing acknowledged.
+func TestClusterR3(t *testing.T) {
+	t.Parallel()
+	urls, stopNode := orderlytest.Cluster(t, 3)
+	start := func() *orderlytest.Instance {
+		cfg := orderlytest.Config(t)
+		cfg.NATSURL = urls
+		cfg.Topology.Replicas = 3
+		return orderlytest.Start(t, cfg)
+	}
+	a, b := start(), start()
+	js := a.JetStream(t)
+
+	// Concurrent sends of one key through both processes.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var bodies [][]byte
+	for i := 0; i < 40; i++ {
+		inst := a
+		if i%2 == 1 {
+			inst = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := orderlytest.TryDo(http.MethodPost, inst.URL+"/v1/orders", orderlytest.Order("c-1"),
+				"Content-Type: application/json", "Idempotency-Key: cluster-key", "Prefer: wait=10")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r.Status != http.StatusCreated {
+				t.Errorf("%d %s", r.Status, r.Body)
+				return
+			}
+			mu.Lock()
+			bodies = append(bodies, r.Body)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, body := range bodies[1:] {
+		if !bytes.Equal(body, bodies[0]) {
+			t.Fatalf("answers differ: %s vs %s", body, bodies[0])
+		}
+	}
+	if n := orderlytest.CreatedByKey(t, js)[api.KeyHash(api.DefaultTenant, "cluster-key")]; n != 1 {
+		t.Fatalf("%d orders for one key on the cluster", n)
+	}
+
+	// Orders before a node goes away, then the node goes away.
+	accepted := map[string][]byte{}
+	for i := 0; i < 10; i++ {
+		key := "before-" + strconv.Itoa(i)
+		r := a.PostOrder(t, key, orderlytest.Order("c-2"))
+		if r.Status != http.StatusCreated {
+			t.Fatalf("%s: %d %s", key, r.Status, r.Body)
+		}
+		accepted[key] = r.Body
+	}
+	stopNode(0)
+	for i := 0; i < 10; i++ {
+		key := "after-" + strconv.Itoa(i)
+		var r orderlytest.Response
+		orderlytest.Eventually(t, 30*time.Second, key+" accepted with a node down", func() bool {
+			r = b.PostOrder(t, key, orderlytest.Order("c-3"), "Prefer: wait=10")
+			return r.Status == http.StatusCreated
+		})
+		accepted[key] = r.Body
+	}
+	for key, body := range accepted {
+		var r orderlytest.Response
+		orderlytest.Eventually(t, 30*time.Second, key+" replayed", func() bool {
+			r = a.PostOrder(t, key, orderlytest.Order(map[bool]string{true: "c-2", false: "c-3"}[key[0] == 'b']))
+			return r.Status == http.StatusCreated
+		})
+		if !bytes.Equal(r.Body, body) || r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("%s after the node loss: %s, want a replay of %s", key, r.Body, body)
+		}
+	}
+	counts := orderlytest.CreatedByKey(t, b.JetStream(t))
+	for key := range accepted {
+		if n := counts[api.KeyHash(api.DefaultTenant, key)]; n != 1 {
+			t.Fatalf("%s: %d orders", key, n)
+		}
+	}
+}
