@@ -98,7 +98,7 @@ func (t Topology) CommandStreamConfig() jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
 		Discard:     jetstream.DiscardOld,
-		AllowDirect: true,
+		AllowDirect: t.directReads(),
 		MaxMsgSize:  1 << 20,
 		// Batchers may group concurrent commands into atomic batches.
 		AllowAtomicPublish: true,
@@ -120,7 +120,7 @@ func (t Topology) EventStreamConfig() jetstream.StreamConfig {
 		Storage:            jetstream.FileStorage,
 		Replicas:           t.Replicas,
 		Discard:            jetstream.DiscardOld,
-		AllowDirect:        true,
+		AllowDirect:        t.directReads(),
 		DenyDelete:         true,
 		DenyPurge:          true,
 		AllowAtomicPublish: true,
@@ -137,9 +137,15 @@ func (t Topology) DeadLetterStreamConfig() jetstream.StreamConfig {
 		MaxAge:      t.DeadLetterRetention,
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
-		AllowDirect: true,
+		AllowDirect: t.directReads(),
 	}
 }
+
+// directReads says whether reads may go to any replica (direct get). A
+// follower may be behind: the API reads a command right after its PubAck and a
+// key's result right before it publishes, so with replicas only the leader
+// answers reads. A single replica is always its own leader.
+func (t Topology) directReads() bool { return t.Replicas == 1 }
 
 // eventDedupWindow is the duplicate window of ORDER_EVENTS.
 const eventDedupWindow = 10 * time.Second
@@ -201,16 +207,16 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) error {
 	if _, err := js.CreateOrUpdateKeyValue(ctx, t.ResultsConfig()); err != nil {
 		return fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
 	}
-	// The bucket's stream must accept atomic batches too; the KV API has no
-	// setting for it.
+	// The bucket's stream must accept atomic batches too, and read from the
+	// leader when replicated; the KV API has no setting for either.
 	kvStream, err := js.Stream(ctx, "KV_"+events.ResultsBucket)
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
 	}
-	if cfg := kvStream.CachedInfo().Config; !cfg.AllowAtomicPublish {
-		cfg.AllowAtomicPublish = true
+	if cfg := kvStream.CachedInfo().Config; !cfg.AllowAtomicPublish || cfg.AllowDirect != t.directReads() {
+		cfg.AllowAtomicPublish, cfg.AllowDirect = true, t.directReads()
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("bucket %s: allow atomic publish: %w", events.ResultsBucket, err)
+			return fmt.Errorf("bucket %s: stream settings: %w", events.ResultsBucket, err)
 		}
 	}
 	consumers := []struct {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"strconv"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -27,6 +29,16 @@ func TestClusterR3(t *testing.T) {
 	}
 	a, b := start(), start()
 	js := a.JetStream(t)
+	// Replicated streams answer reads from the leader only: a follower may be behind.
+	for _, name := range []string{events.CommandStream, events.EventStream, "KV_" + events.ResultsBucket} {
+		s, err := js.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := s.CachedInfo().Config; cfg.Replicas != 3 || cfg.AllowDirect {
+			t.Fatalf("%s: replicas %d, direct reads %v", name, cfg.Replicas, cfg.AllowDirect)
+		}
+	}
 
 	// Concurrent sends of one key through both processes.
 	var wg sync.WaitGroup
