@@ -1,8 +1,11 @@
 // Package api is orderly's HTTP layer (gin). It only translates: it parses and
 // validates headers and bodies, computes the key hash and the request
-// fingerprint, calls the use cases (package internal/app), and maps their
-// outcomes and errors to statuses and RFC 9457 problem documents. It makes no
-// NATS calls of its own.
+// fingerprint (package idempotency), calls the use cases (package
+// internal/app), and maps their outcomes and errors to statuses and RFC 9457
+// problem documents.
+//
+// It may import events, idempotency, internal/app and internal/problem; it
+// must not import NATS, watermill or the adapters.
 package api
 
 import (
@@ -18,8 +21,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/internal/problem"
 )
@@ -46,8 +49,19 @@ func DefaultConfig() Config {
 	return Config{BodyLimit: 64 << 10, Wait: 2 * time.Second, MaxWait: 30 * time.Second}
 }
 
-// Validate reports every problem with c.
+func (c *Config) setDefaults() {
+	d := DefaultConfig()
+	if c.BodyLimit == 0 {
+		c.BodyLimit = d.BodyLimit
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = max(d.MaxWait, c.Wait)
+	}
+}
+
+// Validate reports every problem with c; zero fields count as their defaults.
 func (c Config) Validate() error {
+	c.setDefaults()
 	var errs []error
 	if c.BodyLimit < 1024 {
 		errs = append(errs, fmt.Errorf("body limit must be at least 1024 bytes, got %d", c.BodyLimit))
@@ -70,12 +84,9 @@ func (c Config) Validate() error {
 // Service is what the HTTP layer needs from the application (app.Service).
 type Service interface {
 	Submit(ctx context.Context, in app.SubmitOrder) (app.Outcome, error)
-	Order(ctx context.Context, tenant, orderID string, wait time.Duration) (app.OrderView, error)
+	Order(ctx context.Context, tenant, orderID string, wait time.Duration) (idempotency.Order, error)
 	OrderEvents(ctx context.Context, tenant, orderID string) ([]byte, error)
 }
-
-// ReadyFunc reports whether the process can serve: nil when ready.
-type ReadyFunc func(ctx context.Context) error
 
 //go:embed openapi.json
 var openAPI []byte
@@ -83,22 +94,22 @@ var openAPI []byte
 type handlers struct {
 	cfg     Config
 	svc     Service
-	ready   ReadyFunc
 	logger  *slog.Logger
 	tokens  map[[sha256.Size]byte]string
 	metrics *httpMetrics
 }
 
-// NewHandler returns the HTTP handler. reg receives the HTTP metrics and is
-// served on /metrics.
-func NewHandler(cfg Config, svc Service, ready ReadyFunc, reg *prometheus.Registry, logger *slog.Logger) (http.Handler, error) {
+// NewHandler returns the HTTP handler. ops serves /healthz, /readyz and
+// /metrics (internal/ops); reg receives the HTTP metrics.
+func NewHandler(cfg Config, svc Service, ops http.Handler, reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
+	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if svc == nil || ready == nil || reg == nil || logger == nil {
+	if svc == nil || ops == nil || reg == nil || logger == nil {
 		return nil, errors.New("api: nil dependency")
 	}
-	h := &handlers{cfg: cfg, svc: svc, ready: ready, logger: logger.With("component", "api"),
+	h := &handlers{cfg: cfg, svc: svc, logger: logger.With("component", "api"),
 		tokens: make(map[[sha256.Size]byte]string, len(cfg.Tokens))}
 	for token, tenant := range cfg.Tokens {
 		h.tokens[sha256.Sum256([]byte(token))] = tenant
@@ -120,9 +131,10 @@ func NewHandler(cfg Config, svc Service, ready ReadyFunc, reg *prometheus.Regist
 	v1.GET("/orders/:id", h.getOrder)
 	v1.GET("/orders/:id/events", h.getOrderEvents)
 
-	r.GET("/healthz", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", []byte(`{"status":"ok"}`)) })
-	r.GET("/readyz", h.readyz)
-	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		r.GET(path, gin.WrapH(ops))
+		r.HEAD(path, gin.WrapH(ops))
+	}
 	r.GET("/openapi.json", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", openAPI) })
 	r.NoRoute(func(c *gin.Context) {
 		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Not found", "no resource at "+c.Request.URL.Path))
@@ -146,17 +158,6 @@ func (h *handlers) recover(c *gin.Context) {
 		}
 	}()
 	c.Next()
-}
-
-func (h *handlers) readyz(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
-	defer cancel()
-	if err := h.ready(ctx); err != nil {
-		c.Header("Retry-After", "1")
-		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "Not ready", err.Error()))
-		return
-	}
-	c.Data(http.StatusOK, "application/json", []byte(`{"status":"ready"}`))
 }
 
 // authenticate resolves the tenant from the bearer token.

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"strings"
 
@@ -93,15 +91,4 @@ func unquote(v string) (string, *KeyError) {
 		}
 	}
 	return "", keyInvalid("the quoted idempotency key has no closing quote")
-}
-
-// KeyHash is the hashed tenant-scoped key: base64url (no padding) of
-// SHA-256(tenant, 0x00, key). It is the Nats-Msg-Id of the command and the key
-// in ORDER_RESULTS, whatever characters the client's key holds.
-func KeyHash(tenant, key string) string {
-	h := sha256.New()
-	h.Write([]byte(tenant))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }

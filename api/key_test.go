@@ -65,21 +65,6 @@ func TestParseIdempotencyKey(t *testing.T) {
 	}
 }
 
-func TestKeyHashScopesByTenant(t *testing.T) {
-	t.Parallel()
-	if KeyHash("a", "k") == KeyHash("b", "k") {
-		t.Fatal("same hash for two tenants")
-	}
-	// The separator keeps ("ab", "c") and ("a", "bc") apart.
-	if KeyHash("ab", "c") == KeyHash("a", "bc") {
-		t.Fatal("tenant and key are not separated")
-	}
-	h := KeyHash("default", strings.Repeat("~", 255))
-	if len(h) != 43 || strings.ContainsAny(h, "+/=.") {
-		t.Fatalf("hash %q is not a 43-character base64url token", h)
-	}
-}
-
 // FuzzParseIdempotencyKey checks, for any header value, that the parser never
 // panics, that an accepted key is 1-255 visible ASCII characters, and that the
 // quoted form of an accepted key parses to the same key.

@@ -17,7 +17,7 @@ type httpMetrics struct {
 	outcomes *prometheus.CounterVec
 }
 
-func newHTTPMetrics(reg *prometheus.Registry) (*httpMetrics, error) {
+func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 	m := &httpMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_http_requests_total",
@@ -57,7 +57,7 @@ func (m *httpMetrics) outcome(out app.Outcome) {
 	switch out.Kind {
 	case app.Completed:
 		o = "created"
-		if out.Result.Status != http.StatusCreated {
+		if out.Record.Status != http.StatusCreated {
 			o = "rejected"
 		}
 	case app.Accepted:

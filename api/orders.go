@@ -12,9 +12,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/internal/problem"
-	"github.com/orderly-dev/orderly/projections"
 )
 
 // retryAfter is the Retry-After of 202, 409 and 503, in seconds.
@@ -53,8 +53,8 @@ func (h *handlers) createOrder(c *gin.Context) {
 	prefs := ParsePrefer(c.Request.Header.Values("Prefer"))
 	in := app.SubmitOrder{
 		Tenant:      tenant,
-		KeyHash:     KeyHash(tenant, key),
-		Fingerprint: Fingerprint(req),
+		KeyHash:     idempotency.KeyHash(tenant, key),
+		Fingerprint: idempotency.Fingerprint(req),
 		Request:     req,
 		Wait:        h.cfg.Wait,
 	}
@@ -80,13 +80,13 @@ func (h *handlers) createOrder(c *gin.Context) {
 	h.metrics.outcome(out)
 	switch out.Kind {
 	case app.Completed:
-		writeResult(c, out.Result, out.Replayed)
+		writeResult(c, out.Record, out.Replayed)
 	case app.Accepted:
-		c.Header("Location", projections.OrderPath(out.OrderID))
+		c.Header("Location", idempotency.OrderPath(out.OrderID))
 		c.Header("Retry-After", retryAfter)
 		c.Data(http.StatusAccepted, "application/json", pendingBody(out.OrderID))
 	case app.InProgress:
-		c.Header("Location", projections.OrderPath(out.OrderID))
+		c.Header("Location", idempotency.OrderPath(out.OrderID))
 		c.Header("Retry-After", retryAfter)
 		p := problem.New(http.StatusConflict, problem.CodeKeyInUse, "Idempotency key in use",
 			"a request with this idempotency key is still being processed; retry later, or send Prefer: wait=N to wait for it")
@@ -102,7 +102,7 @@ func pendingBody(orderID string) []byte {
 }
 
 // writeResult sends a stored response: its status, headers and body bytes.
-func writeResult(c *gin.Context, r projections.Result, replayed bool) {
+func writeResult(c *gin.Context, r idempotency.Record, replayed bool) {
 	hdr := c.Writer.Header()
 	if r.Location != "" {
 		hdr.Set("Location", r.Location)
@@ -162,7 +162,7 @@ func (h *handlers) getOrder(c *gin.Context) {
 		h.writeError(c, err)
 		return
 	}
-	if v.Status == projections.StatusPending {
+	if v.Status == idempotency.StatusPending {
 		c.Header("Retry-After", retryAfter)
 	}
 	c.Data(http.StatusOK, "application/json", v.Body)

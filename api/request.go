@@ -2,8 +2,6 @@ package api
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,18 +58,6 @@ func DecodeOrder(body []byte) (events.OrderRequest, []problem.FieldError) {
 		return events.OrderRequest{}, d.errs
 	}
 	return req, nil
-}
-
-// Fingerprint is the base64url SHA-256 of the canonical form of req: its
-// encoding/json encoding, whose field order and spacing are fixed. Two bodies
-// that differ only in key order or white space have the same fingerprint.
-func Fingerprint(req events.OrderRequest) string {
-	b, err := json.Marshal(req)
-	if err != nil { // plain data: cannot happen
-		panic(err)
-	}
-	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 type decoder struct{ errs []problem.FieldError }

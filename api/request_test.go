@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
 func TestDecodeOrderValid(t *testing.T) {
@@ -72,10 +73,10 @@ func TestFingerprintIsCanonical(t *testing.T) {
 	b, _ := DecodeOrder([]byte("{\n  \"total\" : 4990,\n  \"items\":[ { \"unit_price\":2495, \"sku\":\"SKU-1\", \"quantity\":2 } ],\n  \"currency\":\"EUR\", \"customer_id\":\"c-42\"\n}"))
 	c, _ := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}]}`))
 	d, _ := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":3,"unit_price":2495}],"total":4990}`))
-	if Fingerprint(a) != Fingerprint(b) {
+	if idempotency.Fingerprint(a) != idempotency.Fingerprint(b) {
 		t.Fatal("key order and white space changed the fingerprint")
 	}
-	if Fingerprint(a) == Fingerprint(c) || Fingerprint(a) == Fingerprint(d) {
+	if idempotency.Fingerprint(a) == idempotency.Fingerprint(c) || idempotency.Fingerprint(a) == idempotency.Fingerprint(d) {
 		t.Fatal("different requests have the same fingerprint")
 	}
 }
@@ -114,7 +115,7 @@ func FuzzDecodeOrder(f *testing.F) {
 		if errs != nil {
 			t.Fatalf("canonical form %s does not decode: %v", canonical, errs)
 		}
-		if Fingerprint(again) != Fingerprint(req) {
+		if idempotency.Fingerprint(again) != idempotency.Fingerprint(req) {
 			t.Fatalf("fingerprint changed over the canonical round trip: %s", canonical)
 		}
 	})
@@ -129,20 +130,5 @@ func BenchmarkDecodeOrder(b *testing.B) {
 		if _, errs := DecodeOrder(body); errs != nil {
 			b.Fatal(errs)
 		}
-	}
-}
-
-func BenchmarkFingerprint(b *testing.B) {
-	req, _ := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495},{"sku":"SKU-2","quantity":1,"unit_price":100}],"total":5090}`))
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		_ = Fingerprint(req)
-	}
-}
-
-func BenchmarkKeyHash(b *testing.B) {
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		_ = KeyHash("default", "7c9e6679-7425-40de-944b-e07fc1f90ae7")
 	}
 }

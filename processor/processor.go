@@ -1,18 +1,3 @@
-// Package processor turns CreateOrder commands into order events. It runs as a
-// watermill router on the durable consumer "processor" of ORDER_COMMANDS; any
-// number of instances may share that consumer.
-//
-// One key, one order: before it decides, the processor claims the command's
-// hashed idempotency key in ORDER_RESULTS with an atomic create (first writer
-// wins). A command whose key is held by another order becomes an OrderRejected
-// that names the holder (reason duplicate or idempotency_key_reused) and never an
-// OrderCreated. This holds after the broker's duplicate window has passed, after
-// restarts, and with several processors.
-//
-// One order, one event: the event is stored with a deterministic Nats-Msg-Id and
-// an expected last sequence of 0 on the order's event subjects, so a redelivered
-// command cannot store a second event. The command is acked only after the event
-// is stored.
 package processor
 
 import (
@@ -22,139 +7,186 @@ import (
 	"log/slog"
 	"time"
 
-	wmjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	gojson "github.com/goccy/go-json"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/internal/natsx"
-	"github.com/orderly-dev/orderly/internal/wm"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
-// Config configures a processor.
+// Claims is where the processor claims idempotency keys.
+//
+// Claim creates key with claim if the key has no record, atomically: of any
+// number of concurrent callers, on any number of processes, exactly one wins.
+// A caller that loses gets the record that won.
+type Claims interface {
+	Claim(ctx context.Context, key string, claim idempotency.Record) (holder idempotency.Record, won bool, err error)
+}
+
+// EventStore stores events.
+//
+// Append stores data as the event of kind k about orderID, at most once per
+// order: it returns nil when this or another terminal event of the order is
+// already stored, so that a redelivered command cannot store a second event.
+type EventStore interface {
+	Append(ctx context.Context, k events.Kind, orderID string, data []byte) error
+}
+
+// Deps are the processor's ports.
+type Deps struct {
+	Claims Claims
+	Events EventStore
+}
+
+// Hooks let tests inject faults into the handling of a command. Production
+// code leaves them nil.
+type Hooks struct {
+	// AfterClaim runs once the key is claimed for the command's order, before
+	// the decision is stored. An error fails this delivery (it is retried); a
+	// panic is a crash of the handler; blocking past the ack wait is a timeout.
+	AfterClaim func(ctx context.Context, cmd events.CreateOrder, delivered int) error
+}
+
+// Config configures the processor.
 type Config struct {
-	// Concurrency is how many commands one instance handles at once.
-	Concurrency int
-	// AckWait is the consumer's ack wait (natsx.Topology.AckWait); a command
-	// handled longer is redelivered.
-	AckWait time.Duration
-	// MaxDeliver is the consumer's delivery limit (natsx.Topology.MaxDeliver);
-	// the last delivery of a failing command dead-letters it.
-	MaxDeliver int
-	// Timeout bounds the NATS calls of one delivery.
-	Timeout time.Duration
-	// Hooks inject faults in tests; nil in production.
+	// Hooks inject faults in tests; zero in production.
 	Hooks Hooks
 }
 
-// DefaultConfig is the configuration of the standalone processor.
-func DefaultConfig() Config {
-	return Config{Concurrency: 32, AckWait: 10 * time.Second, MaxDeliver: 10, Timeout: 5 * time.Second}
+// Delivery is one delivery of a command.
+type Delivery struct {
+	// Data is the command as stored.
+	Data []byte
+	// Seq is the command's sequence in ORDER_COMMANDS; with the nonce it makes
+	// the order ID.
+	Seq uint64
+	// Delivered counts the deliveries of the command, 1 the first time.
+	Delivered int
 }
 
-// Validate reports every problem with c.
-func (c Config) Validate() error {
+// Handler turns a CreateOrder command into OrderCreated or OrderRejected.
+type Handler struct {
+	cfg     Config
+	deps    Deps
+	now     func() time.Time
+	logger  *slog.Logger
+	decided *prometheus.CounterVec
+}
+
+// New returns the handler. reg receives orderly_commands_decided_total.
+func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) (*Handler, error) {
 	var errs []error
-	if c.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("processor concurrency must be at least 1, got %d", c.Concurrency))
+	if deps.Claims == nil || deps.Events == nil {
+		errs = append(errs, errors.New("processor: nil dependency"))
 	}
-	if c.AckWait < time.Second {
-		errs = append(errs, fmt.Errorf("processor ack wait must be at least 1s, got %s", c.AckWait))
+	if reg == nil || logger == nil {
+		errs = append(errs, errors.New("processor: nil registerer or logger"))
 	}
-	if c.MaxDeliver < 2 {
-		errs = append(errs, fmt.Errorf("processor max deliver must be at least 2, got %d", c.MaxDeliver))
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	if c.Timeout <= 0 || c.Timeout > c.AckWait {
-		errs = append(errs, fmt.Errorf("processor timeout must be positive and at most the ack wait, got %s", c.Timeout))
+	decided := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orderly_commands_decided_total",
+		Help: "CreateOrder commands decided by the processor, by event kind.",
+	}, []string{"kind"})
+	if err := reg.Register(decided); err != nil {
+		return nil, err
 	}
-	return errors.Join(errs...)
+	return &Handler{cfg: cfg, deps: deps, now: time.Now, logger: logger.With("component", "processor"), decided: decided}, nil
 }
 
-// Processor is a running watermill router over the processor consumer.
-type Processor struct {
-	router  *message.Router
-	handler *createOrderHandler
-	workers *wm.Workers
+// Handle processes one delivery of a command. Its contract with the pipeline:
+//   - nil: the terminal event of the order is stored; the command may be acked;
+//   - a Permanent error: the command is malformed; no retry can succeed;
+//   - any other error: retry later. Errors of the stores are returned as they
+//     are, so that the pipeline tells an unavailable NATS (hold and retry,
+//     never poison) from a failure of the command.
+//
+// Every step is idempotent, so a redelivery after a crash at any point resumes
+// the work: the claim of a redelivered command is its own (same order ID), and
+// the event store keeps the first terminal event of an order.
+func (h *Handler) Handle(ctx context.Context, d Delivery) error {
+	cmd, orderID, err := decodeCommand(d)
+	if err != nil {
+		return Permanent(err)
+	}
+	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, idempotency.Pending(orderID, cmd.Fingerprint))
+	if err != nil {
+		return fmt.Errorf("claim key of %s: %w", orderID, err)
+	}
+	holds := won || holder.OrderID == orderID // ours, or ours from an earlier delivery
+	if holds && h.cfg.Hooks.AfterClaim != nil {
+		if err := h.cfg.Hooks.AfterClaim(ctx, cmd, d.Delivered); err != nil {
+			return err
+		}
+	}
+	var kind events.Kind
+	var data []byte
+	switch {
+	case holds:
+		kind, data = Decide(cmd, orderID, h.now())
+	case holder.Fingerprint == cmd.Fingerprint:
+		kind, data = reject(cmd, orderID, h.now(), events.ReasonDuplicate, holder.OrderID,
+			fmt.Sprintf("the idempotency key already belongs to order %s with the same request", holder.OrderID))
+	default:
+		kind, data = reject(cmd, orderID, h.now(), events.ReasonKeyReused, holder.OrderID,
+			fmt.Sprintf("the idempotency key already belongs to order %s with a different request", holder.OrderID))
+	}
+	if err := h.deps.Events.Append(ctx, kind, orderID, data); err != nil {
+		return fmt.Errorf("store %s event of %s: %w", kind, orderID, err)
+	}
+	h.decided.WithLabelValues(string(kind)).Inc()
+	return nil
 }
 
-// New builds a processor that consumes through js and stores its events
-// through pub (js itself, or a batcher on ORDER_EVENTS).
-func New(cfg Config, js jetstream.JetStream, pub natsx.Publisher, claims Claims, logger *slog.Logger) (*Processor, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	logger = logger.With("component", "processor")
-	wlog := wm.Logger(logger)
-	sub, err := wm.NewSubscriber(js, wm.SubscriberConfig{
-		Stream:       events.CommandStream,
-		Consumer:     natsx.ProcessorConsumer,
-		Concurrency:  cfg.Concurrency,
-		Prefetch:     2 * cfg.Concurrency,
-		Backoff:      wm.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second},
-		CloseTimeout: cfg.AckWait,
-	}, logger)
+// GiveUp runs before the pipeline dead-letters a command that cannot be
+// processed. When the command's order holds its key (or nobody does yet), it
+// stores an OrderRejected with reason processing_failed, so that the key has
+// an answer (422 order_rejected, replayed like any result) instead of staying
+// pending. It is idempotent; an error keeps the command for another try.
+func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
+	cmd, orderID, err := decodeCommand(d)
 	if err != nil {
-		return nil, err
+		return nil // no order to answer for: the dead letter is all there is
 	}
-	h, err := NewCreateOrderHandler(claims, JetStreamEvents{Pub: pub}, cfg.MaxDeliver, cfg.Timeout, logger)
+	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, idempotency.Pending(orderID, cmd.Fingerprint))
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("claim key of %s: %w", orderID, err)
 	}
-	h.hooks = cfg.Hooks
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.AckWait}, wlog)
-	if err != nil {
-		return nil, err
+	if !won && holder.OrderID != orderID {
+		return nil // another order answers for the key
 	}
-	dlqPub, err := wmjs.NewPublisher(wmjs.PublisherConfig{Conn: js.Conn(), Logger: wlog})
-	if err != nil {
-		return nil, err
+	kind, data := reject(cmd, orderID, h.now(), events.ReasonProcessingFailed, "",
+		"the order could not be processed; use a new idempotency key to try again")
+	if err := h.deps.Events.Append(ctx, kind, orderID, data); err != nil {
+		return fmt.Errorf("store %s event of %s: %w", kind, orderID, err)
 	}
-	poison, err := middleware.PoisonQueueWithFilter(dlqPub, events.DeadLetterSubject, IsPermanent)
-	if err != nil {
-		return nil, err
-	}
-	workers := wm.NewWorkers(cfg.Concurrency)
-	router.AddMiddleware(middleware.Recoverer, poison, workers.Middleware)
-	router.AddConsumerHandler("create-order", events.CommandStream, sub, h.Handle)
-	return &Processor{router: router, handler: h, workers: workers}, nil
+	h.decided.WithLabelValues(string(kind)).Inc()
+	h.logger.Error("order rejected as processing_failed", "order_id", orderID, "cause", cause)
+	return nil
 }
 
-// OnDecided sets a callback run after each stored decision (for metrics).
-func (p *Processor) OnDecided(f func(kind events.Kind, reason string)) { p.handler.decided = f }
-
-// Run runs the router until Close. It returns once the router stopped.
-func (p *Processor) Run(ctx context.Context) error { return p.router.Run(ctx) }
-
-// Running is closed when the router runs.
-func (p *Processor) Running() <-chan struct{} { return p.router.Running() }
-
-// Close stops taking commands and waits (up to the ack wait) for those in flight.
-func (p *Processor) Close() error {
-	err := p.router.Close()
-	p.workers.Stop()
-	return err
-}
-
-// JetStreamEvents is the EventStore on ORDER_EVENTS, written through Pub (a
-// jetstream.JetStream or a natsx.Batcher).
-type JetStreamEvents struct{ Pub natsx.Publisher }
-
-// Append stores the event with Nats-Msg-Id = its event ID and an expected last
-// sequence of 0 on all subjects of the order; a refusal because the order
-// already has an event means the work is done.
-func (s JetStreamEvents) Append(ctx context.Context, k events.Kind, orderID string, data []byte) error {
-	msg := &nats.Msg{
-		Subject: events.EventSubject(k, orderID),
-		Header:  nats.Header{"Content-Type": []string{events.ContentType}},
-		Data:    data,
+// decodeCommand decodes and checks a delivered command and computes its order ID.
+func decodeCommand(d Delivery) (events.CreateOrder, string, error) {
+	var cmd events.CreateOrder
+	if err := gojson.Unmarshal(d.Data, &cmd); err != nil {
+		return cmd, "", fmt.Errorf("undecodable command: %w", err)
 	}
-	natsx.SetMsgID(msg, events.EventID(k, orderID))
-	natsx.SetExpectLastSubjectSeq(msg, 0, events.OrderSubjects(orderID))
-	_, err := s.Pub.PublishMsg(ctx, msg)
-	if natsx.IsWrongLastSequence(err) {
-		return nil
+	var errs []error
+	if cmd.Type != events.CreateOrderType {
+		errs = append(errs, fmt.Errorf("unknown command type %q", cmd.Type))
 	}
-	return err
+	if !events.ValidNonce(cmd.Nonce) {
+		errs = append(errs, fmt.Errorf("invalid nonce %q", cmd.Nonce))
+	}
+	if !idempotency.ValidKeyHash(cmd.KeyHash) || cmd.Fingerprint == "" {
+		errs = append(errs, errors.New("command without a valid key hash or fingerprint"))
+	}
+	if d.Seq == 0 {
+		errs = append(errs, errors.New("command without a stream sequence"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cmd, "", err
+	}
+	return cmd, events.OrderID(d.Seq, cmd.Nonce), nil
 }

@@ -2,53 +2,45 @@ package projections
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
-func TestResultRecordRoundTrip(t *testing.T) {
-	t.Parallel()
-	body := []byte("{\"id\":\"x\"}\n\x00binary\n")
-	r := Result{State: StateCompleted, OrderID: "ord_x", Fingerprint: "fp", Status: 201, Location: "/v1/orders/ord_x", ContentType: "application/json", Body: body}
-	got, err := DecodeResult(r.Encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got.Body, body) || got.Status != 201 || got.Location != r.Location || got.State != StateCompleted {
-		t.Fatalf("round trip: %+v", got)
-	}
-	for _, bad := range [][]byte{nil, []byte("{}"), []byte("{\"state\":\"weird\"}\n"), []byte("nope\n")} {
-		if _, err := DecodeResult(bad); err == nil {
-			t.Errorf("DecodeResult(%q) succeeded", bad)
-		}
-	}
+func event[T any](typ string, k events.Kind, id string, at time.Time, d T) []byte {
+	b, _ := json.Marshal(events.NewEvent(typ, k, id, at, d))
+	return b
 }
 
-func event[T any](typ string, k events.Kind, id string, d T) []byte {
-	b, _ := json.Marshal(events.NewEvent(typ, k, id, time.Unix(1700000000, 0), d))
-	return b
+func created(at time.Time) []byte {
+	return event(events.OrderCreatedType, events.KindCreated, "ord_1", at, events.OrderCreated{
+		OrderID: "ord_1", Tenant: "t", CustomerID: "c", Currency: "EUR",
+		Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 5}}, Total: 5,
+		IdempotencyKeyHash: "k", RequestFingerprint: "fp", AcceptedAt: at.Add(-time.Second), CreatedAt: at,
+	})
 }
 
 func TestProjectIsPureAndServesOneBody(t *testing.T) {
 	t.Parallel()
-	created := event(events.OrderCreatedType, events.KindCreated, "ord_1", events.OrderCreated{
-		OrderID: "ord_1", Tenant: "t", CustomerID: "c", Currency: "EUR",
-		Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 5}}, Total: 5,
-		IdempotencyKeyHash: "k", RequestFingerprint: "fp", AcceptedAt: time.Unix(1700000000, 0), CreatedAt: time.Unix(1700000001, 0),
-	})
-	a, err := Project(created)
+	ev := created(time.Unix(1700000000, 0))
+	a, err := Project(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := Project(created)
-	if !bytes.Equal(a.Order.Body, b.Order.Body) || !bytes.Equal(a.Result.Encode(), b.Result.Encode()) {
+	b, _ := Project(ev)
+	if !bytes.Equal(a.Order.Body, b.Order.Body) || !bytes.Equal(a.Record.Encode(), b.Record.Encode()) {
 		t.Fatal("projecting one event twice gave different bytes")
 	}
-	if a.Result.Status != http.StatusCreated || !bytes.Equal(a.Result.Body, a.Order.Body) || a.Key != "k" || a.Order.Tenant != "t" {
+	if a.Record.Status != http.StatusCreated || !bytes.Equal(a.Record.Body, a.Order.Body) || a.Key != "k" || a.Order.Tenant != "t" {
 		t.Fatalf("created projection: %+v", a)
 	}
 }
@@ -64,61 +56,77 @@ func TestProjectRejected(t *testing.T) {
 		{events.ReasonDuplicate, false, 0},
 		{events.ReasonKeyReused, false, 0},
 	} {
-		p, err := Project(event(events.OrderRejectedType, events.KindRejected, "ord_2", events.OrderRejected{
+		p, err := Project(event(events.OrderRejectedType, events.KindRejected, "ord_2", time.Unix(1700000000, 0), events.OrderRejected{
 			OrderID: "ord_2", Tenant: "t", Reason: tc.reason, Detail: "d", IdempotencyKeyHash: "k", RequestFingerprint: "fp",
 		}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Order.Status != StatusRejected {
+		if p.Order.Status != idempotency.StatusRejected {
 			t.Fatalf("%s: order status %s", tc.reason, p.Order.Status)
 		}
-		if (p.Result != nil) != tc.holdsKey {
-			t.Fatalf("%s: result %+v, want one: %v", tc.reason, p.Result, tc.holdsKey)
+		if (p.Record != nil) != tc.holdsKey {
+			t.Fatalf("%s: record %+v, want one: %v", tc.reason, p.Record, tc.holdsKey)
 		}
-		if p.Result != nil && (p.Result.Status != tc.wantStatus || !bytes.Contains(p.Result.Body, []byte(`"code":"order_rejected"`))) {
-			t.Fatalf("%s: result %d %s", tc.reason, p.Result.Status, p.Result.Body)
+		if p.Record != nil && (p.Record.Status != tc.wantStatus || !bytes.Contains(p.Record.Body, []byte(`"code":"order_rejected"`))) {
+			t.Fatalf("%s: record %d %s", tc.reason, p.Record.Status, p.Record.Body)
 		}
 	}
-	if _, err := Project([]byte(`{"type":"orderly.order.shipped.v1"}`)); err == nil {
-		t.Fatal("unknown type projected")
+	if _, err := Project([]byte(`{"type":"orderly.order.shipped.v1"}`)); !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("unknown type: %v", err)
 	}
 }
 
-func TestFanoutKeepsLatest(t *testing.T) {
-	t.Parallel()
-	var f fanout[int]
-	s := f.subscribe("k")
-	other := f.subscribe("other")
-	f.publish("k", 1)
-	f.publish("k", 2) // the waiter has not read 1: it gets 2
-	if v := <-s.C; v != 2 {
-		t.Fatalf("got %d, want the latest value 2", v)
-	}
-	select {
-	case v := <-other.C:
-		t.Fatalf("a waiter of another key got %d", v)
-	default:
-	}
-	if f.count() != 2 {
-		t.Fatalf("count %d", f.count())
-	}
-	s.Close()
-	other.Close()
-	if f.count() != 0 || len(f.subs) != 0 {
-		t.Fatalf("after Close: count %d, %d keys", f.count(), len(f.subs))
-	}
+// fakeResults is an in-memory ResultWriter.
+type fakeResults struct {
+	saved map[string]idempotency.Record
+	err   error
 }
 
-// TestRecordHeadersAreJSON: the hand-written headers decode to what was encoded,
-// whatever the strings hold.
-func TestRecordHeadersAreJSON(t *testing.T) {
+func (f *fakeResults) Save(_ context.Context, key string, rec idempotency.Record) error {
+	if f.err != nil {
+		return f.err
+	}
+	if f.saved == nil {
+		f.saved = map[string]idempotency.Record{}
+	}
+	f.saved[key] = rec
+	return nil
+}
+
+func TestProjectorHandle(t *testing.T) {
 	t.Parallel()
-	for _, s := range []string{"plain", `quo"te`, `back\slash`, "ctl\x01\x1f", "ünïcödé", ""} {
-		r := Result{State: StatePending, OrderID: s, Fingerprint: s, Location: s, ContentType: s, Status: 201, Body: []byte(`{"id":1}`)}
-		gr, err := DecodeResult(r.Encode())
-		if err != nil || gr.OrderID != s || gr.Location != s || gr.ContentType != s || gr.Status != 201 || string(gr.Body) != `{"id":1}` {
-			t.Fatalf("result %q: %+v %v", s, gr, err)
-		}
+	now := time.Now()
+	for _, tc := range []struct {
+		name    string
+		event   []byte
+		saveErr error
+		saved   bool
+		wantErr bool
+	}{
+		{"created", created(now), nil, true, false},
+		{"expired: its key may belong to a newer order", created(now.Add(-2 * time.Hour)), nil, false, false},
+		{"write fails: redeliver", created(now), errors.New("timeout"), false, true},
+		{"unknown type: acked", []byte(`{"type":"orderly.order.shipped.v1"}`), nil, false, false},
+		{"undecodable: acked", []byte(`{`), nil, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := &fakeResults{err: tc.saveErr}
+			p, err := NewProjector(ProjectorConfig{ResultTTL: time.Hour}, w, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = p.Handle(context.Background(), tc.event)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Handle: %v, want error %v", err, tc.wantErr)
+			}
+			if _, ok := w.saved["k"]; ok != tc.saved {
+				t.Fatalf("saved %v, want %v", ok, tc.saved)
+			}
+		})
+	}
+	if _, err := NewProjector(ProjectorConfig{}, &fakeResults{}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("projector without a result TTL accepted")
 	}
 }

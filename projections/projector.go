@@ -7,10 +7,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	gojson "github.com/goccy/go-json"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
 // Projection is what one event means for the reads: the order as GET shows it,
@@ -18,11 +19,12 @@ import (
 type Projection struct {
 	// OrderID and Order are the order as GET /v1/orders/{id} shows it.
 	OrderID string
-	Order   Order
-	// Key and Result are the ORDER_RESULTS record; Result is nil when the event
-	// does not answer for its idempotency key (a duplicate of another order).
+	Order   idempotency.Order
+	// Key and Record are the key's entry in ORDER_RESULTS; Record is nil when
+	// the event does not answer for its idempotency key (a duplicate of
+	// another order).
 	Key    string
-	Result *Result
+	Record *idempotency.Record
 	// At is the event time.
 	At time.Time
 }
@@ -30,9 +32,9 @@ type Projection struct {
 // ErrUnknownType is returned by Project for an event type it does not know.
 var ErrUnknownType = errors.New("unknown event type")
 
-// Project computes the read-model records of an event. It is a pure function of
-// the event, so projecting an event twice, or again in a rebuild, writes the
-// same bytes.
+// Project computes the read-model records of an event. It is a pure function
+// of the event, so projecting an event twice, or again in a rebuild, writes
+// the same bytes.
 func Project(data []byte) (Projection, error) {
 	var ev events.RawEvent
 	if err := gojson.Unmarshal(data, &ev); err != nil {
@@ -44,18 +46,18 @@ func Project(data []byte) (Projection, error) {
 		if err := gojson.Unmarshal(ev.Data, &d); err != nil {
 			return Projection{}, fmt.Errorf("decode %s: %w", ev.Type, err)
 		}
-		o := CreatedOrder(d)
-		r := CreatedResult(d, o.Body)
-		return Projection{OrderID: d.OrderID, Order: o, Key: d.IdempotencyKeyHash, Result: &r, At: ev.Time}, nil
+		r := idempotency.Created(d)
+		o := idempotency.Order{Tenant: d.Tenant, Status: idempotency.StatusCreated, Body: r.Body}
+		return Projection{OrderID: d.OrderID, Order: o, Key: d.IdempotencyKeyHash, Record: &r, At: ev.Time}, nil
 	case events.OrderRejectedType:
 		var d events.OrderRejected
 		if err := gojson.Unmarshal(ev.Data, &d); err != nil {
 			return Projection{}, fmt.Errorf("decode %s: %w", ev.Type, err)
 		}
-		p := Projection{OrderID: d.OrderID, Order: RejectedOrder(d), Key: d.IdempotencyKeyHash, At: ev.Time}
+		p := Projection{OrderID: d.OrderID, Order: idempotency.RejectedOrder(d), Key: d.IdempotencyKeyHash, At: ev.Time}
 		if d.HoldsKey() {
-			r := RejectedResult(d)
-			p.Result = &r
+			r := idempotency.Rejected(d)
+			p.Record = &r
 		}
 		return p, nil
 	default:
@@ -63,47 +65,83 @@ func Project(data []byte) (Projection, error) {
 	}
 }
 
-// Projector is the watermill handler that keeps ORDER_RESULTS up to date with
-// ORDER_EVENTS: it stores the response of each order's idempotency key. It is
-// idempotent: a redelivered event writes the same record again. It returns an error (so the message is redelivered) only when
-// a write failed; an event it cannot read is logged, counted and acked, because
-// no retry can make it readable.
-type Projector struct {
-	store  *Store
-	logger *slog.Logger
-	// Skipped counts events that were acked without a projection.
-	Skipped func(reason string)
+// ResultWriter stores a key's record; writing the same record again is
+// harmless.
+type ResultWriter interface {
+	Save(ctx context.Context, key string, rec idempotency.Record) error
 }
 
-// NewProjector returns a projector writing to store.
-func NewProjector(store *Store, logger *slog.Logger) (*Projector, error) {
-	if store == nil {
-		return nil, errors.New("projector: nil store")
+// ProjectorConfig configures a Projector.
+type ProjectorConfig struct {
+	// ResultTTL is the time to live of ORDER_RESULTS: an event older than
+	// that is not projected, its key may already belong to a newer order.
+	// Required.
+	ResultTTL time.Duration
+}
+
+// Validate reports every problem with c.
+func (c ProjectorConfig) Validate() error {
+	if c.ResultTTL <= 0 {
+		return fmt.Errorf("projector: result TTL must be positive, got %s", c.ResultTTL)
 	}
-	return &Projector{store: store, logger: logger.With("component", "projector"), Skipped: func(string) {}}, nil
+	return nil
 }
 
-// Handle projects one event.
-func (p *Projector) Handle(msg *message.Message) error {
-	proj, err := Project(msg.Payload)
+// Projector keeps ORDER_RESULTS up to date with ORDER_EVENTS: it stores the
+// response of each order's idempotency key. It is idempotent: a redelivered
+// event writes the same record again.
+type Projector struct {
+	cfg     ProjectorConfig
+	results ResultWriter
+	logger  *slog.Logger
+	skipped *prometheus.CounterVec
+	now     func() time.Time
+}
+
+// NewProjector returns a projector writing to results. reg receives
+// orderly_events_skipped_total.
+func NewProjector(cfg ProjectorConfig, results ResultWriter, reg prometheus.Registerer, logger *slog.Logger) (*Projector, error) {
+	errs := []error{cfg.Validate()}
+	if results == nil || reg == nil || logger == nil {
+		errs = append(errs, errors.New("projector: nil dependency"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	skipped := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orderly_events_skipped_total",
+		Help: "Events the projector acked without projecting them, by reason.",
+	}, []string{"reason"})
+	if err := reg.Register(skipped); err != nil {
+		return nil, err
+	}
+	return &Projector{cfg: cfg, results: results, logger: logger.With("component", "projector"), skipped: skipped, now: time.Now}, nil
+}
+
+// Handle projects one event. Its contract with the pipeline: nil once the
+// record is stored (or when the event calls for none); an error (redelivered
+// later) only when the write failed. An event it cannot read is logged,
+// counted and acked, because no retry can make it readable; a read model
+// that skipped an event it could read would be wrong for ever, so the
+// projector never gives up on one.
+func (p *Projector) Handle(ctx context.Context, data []byte) error {
+	proj, err := Project(data)
 	if errors.Is(err, ErrUnknownType) {
 		p.logger.Debug("event type not projected", "err", err)
-		p.Skipped("unknown_type")
+		p.skipped.WithLabelValues("unknown_type").Inc()
 		return nil
 	}
 	if err != nil {
-		p.logger.Error("event cannot be projected; acked without projection", "msg_id", msg.UUID, "err", err)
-		p.Skipped("undecodable")
+		p.logger.Error("event cannot be projected; acked without projection", "err", err)
+		p.skipped.WithLabelValues("undecodable").Inc()
 		return nil
 	}
-	if proj.Result == nil {
+	if proj.Record == nil {
 		return nil // a duplicate of another order: its key answers with that order
 	}
-	if time.Since(proj.At) >= p.store.resultTTL {
+	if p.now().Sub(proj.At) >= p.cfg.ResultTTL {
 		// The result has expired: its key may already belong to a newer order.
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
-	defer cancel()
-	return p.store.SaveResult(ctx, proj.Key, *proj.Result)
+	return p.results.Save(ctx, proj.Key, *proj.Record)
 }

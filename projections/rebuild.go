@@ -8,10 +8,23 @@ import (
 	"sort"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
 )
+
+// RebuildTarget is the read model a rebuild compares and repairs.
+type RebuildTarget interface {
+	// Snapshot calls f with every current record, once per key.
+	Snapshot(ctx context.Context, f func(key string, value []byte)) error
+	// Save stores a record; Purge removes a key.
+	Save(ctx context.Context, key string, rec idempotency.Record) error
+	Purge(ctx context.Context, key string) error
+}
+
+// EventReader reads every stored event, oldest first; total is the number of
+// events when it started.
+type EventReader interface {
+	Each(ctx context.Context, f func(data []byte, total uint64) error) error
+}
 
 // RebuildOptions configure Rebuild.
 type RebuildOptions struct {
@@ -45,11 +58,6 @@ type RebuildReport struct {
 // Equal reports whether the live read models equal the rebuilt ones.
 func (r RebuildReport) Equal() bool { return r.Missing+r.Different+r.Stale == 0 }
 
-type liveEntry struct {
-	sum     [sha256.Size]byte
-	pending bool
-}
-
 // Rebuild recomputes ORDER_RESULTS from ORDER_EVENTS with Project, the
 // projector's own function, so a rebuilt record has exactly the bytes the
 // projector writes. It compares every record with the live one, writes what is
@@ -57,10 +65,20 @@ type liveEntry struct {
 // claim, which belongs to a command still in flight). It is safe to run while
 // orderly runs: the projector writes the same bytes. Results older than the
 // result TTL are not rebuilt: their keys are free.
-func Rebuild(ctx context.Context, js jetstream.JetStream, store *Store, opts RebuildOptions) (RebuildReport, error) {
+func Rebuild(ctx context.Context, results RebuildTarget, log EventReader, ttl time.Duration, opts RebuildOptions) (RebuildReport, error) {
 	var rep RebuildReport
-	kv := store.results
-	live, err := readLive(ctx, kv)
+	type digest struct {
+		sum     [sha256.Size]byte
+		pending bool
+	}
+	live := map[string]digest{}
+	err := results.Snapshot(ctx, func(key string, value []byte) {
+		d := digest{sum: sha256.Sum256(value)}
+		if rec, err := idempotency.Decode(value); err == nil && !rec.Completed() {
+			d.pending = true
+		}
+		live[key] = d
+	})
 	if err != nil {
 		return rep, err
 	}
@@ -70,7 +88,7 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, store *Store, opts Reb
 			rep.Differences = append(rep.Differences, fmt.Sprintf("result %s: %s", key, what))
 		}
 	}
-	err = eachEvent(ctx, js, func(data []byte, total uint64) error {
+	err = log.Each(ctx, func(data []byte, total uint64) error {
 		rep.Events++
 		if opts.Progress != nil && rep.Events%1000 == 0 {
 			opts.Progress(rep.Events, total)
@@ -82,11 +100,11 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, store *Store, opts Reb
 		if err != nil {
 			return fmt.Errorf("event %d: %w", rep.Events, err)
 		}
-		if p.Result == nil || time.Since(p.At) >= store.resultTTL {
+		if p.Record == nil || time.Since(p.At) >= ttl {
 			return nil
 		}
 		want[p.Key] = true
-		value := p.Result.Encode()
+		value := p.Record.Encode()
 		got, ok := live[p.Key]
 		switch {
 		case !ok:
@@ -101,8 +119,8 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, store *Store, opts Reb
 		if opts.DryRun {
 			return nil
 		}
-		if _, err := kv.Put(ctx, p.Key, value); err != nil {
-			return fmt.Errorf("write %s %s: %w", kv.Bucket(), p.Key, err)
+		if err := results.Save(ctx, p.Key, *p.Record); err != nil {
+			return fmt.Errorf("write %s: %w", p.Key, err)
 		}
 		rep.Written++
 		return nil
@@ -128,83 +146,10 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, store *Store, opts Reb
 		if opts.DryRun {
 			continue
 		}
-		if err := kv.Purge(ctx, key); err != nil {
-			return rep, fmt.Errorf("remove %s %s: %w", kv.Bucket(), key, err)
+		if err := results.Purge(ctx, key); err != nil {
+			return rep, fmt.Errorf("remove %s: %w", key, err)
 		}
 		rep.Removed++
 	}
 	return rep, nil
-}
-
-// readLive reads every current value of a bucket (one watch, no per-key reads).
-func readLive(ctx context.Context, kv jetstream.KeyValue) (map[string]liveEntry, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", kv.Bucket(), err)
-	}
-	defer w.Stop()
-	live := map[string]liveEntry{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("read %s: watch closed", kv.Bucket())
-			}
-			if e == nil { // all current values delivered
-				return live, nil
-			}
-			entry := liveEntry{sum: sha256.Sum256(e.Value())}
-			if r, err := DecodeResult(e.Value()); err == nil && !r.Completed() {
-				entry.pending = true
-			}
-			live[e.Key()] = entry
-		}
-	}
-}
-
-// eachEvent calls f with every stored event, oldest first, through an ordered
-// consumer; total is the number of events when it started.
-func eachEvent(ctx context.Context, js jetstream.JetStream, f func(data []byte, total uint64) error) error {
-	cons, err := js.OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.EventSubjects}, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return err
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return err
-	}
-	total := info.NumPending
-	if total == 0 {
-		return nil
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
-		}
-		if err := f(m.Data(), total); err != nil {
-			return err
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return err
-		}
-		if md.NumPending == 0 {
-			return nil
-		}
-	}
 }

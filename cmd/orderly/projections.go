@@ -9,6 +9,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/projections"
 )
 
@@ -31,12 +32,16 @@ func (c *RebuildCmd) Run(g *globals) error {
 		return err
 	}
 	defer closeNC()
-	store, err := projections.OpenStore(g.ctx, js)
+	results, err := jsstore.OpenResults(g.ctx, js, js)
+	if err != nil {
+		return err
+	}
+	evs, err := jsstore.OpenEvents(g.ctx, js, js)
 	if err != nil {
 		return err
 	}
 	var bar *progressbar.ProgressBar
-	rep, err := projections.Rebuild(g.ctx, js, store, projections.RebuildOptions{
+	rep, err := projections.Rebuild(g.ctx, results, evs, results.TTL(), projections.RebuildOptions{
 		DryRun: c.DryRun, MaxDifferences: 20,
 		Progress: func(done, total uint64) {
 			if bar == nil {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/server"
 )
 
@@ -72,7 +72,7 @@ func (c *ServeCmd) Run(g *globals) error {
 	c.apply(&cfg)
 	cfg.DataDir = c.DataDir
 	cfg.NATSListen = c.NATSListen
-	if cfg.Fsync, err = natsx.ParseFsync(c.Fsync); err != nil {
+	if cfg.Fsync, err = natsserver.ParseFsync(c.Fsync); err != nil {
 		return err
 	}
 
@@ -105,7 +105,7 @@ func (c *RoleCmd) Run(g *globals, kctx *kong.Context) error {
 
 func (n NATSFlags) apply(cfg *server.Config) {
 	cfg.NATSURL = n.NATSURL
-	cfg.RequestTimeout = n.NATSTimeout
+	cfg.App.RequestTimeout = n.NATSTimeout
 	cfg.Topology.Replicas = n.Replicas
 }
 
@@ -119,11 +119,11 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	cfg.API.Wait = c.Wait
 	cfg.API.MaxWait = c.MaxWait
 	cfg.API.BodyLimit = c.BodyLimit
-	cfg.ResultCache = c.ResultCache
+	cfg.Hub.CacheSize = c.ResultCache
 	cfg.PprofAddr = c.PprofAddr
 	cfg.BatchWrites = c.BatchWrites
 	cfg.Processor.Concurrency = c.Concurrency
-	cfg.ProjectorConcurrency = c.ProjConcurrency
+	cfg.Projector.Concurrency = c.ProjConcurrency
 	if c.TokensFile != "" {
 		tokens, err := readTokens(c.TokensFile)
 		if err != nil {

@@ -3,102 +3,87 @@ package app
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/projections"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
-// OrderView is an order as GET /v1/orders/{id} serves it.
-type OrderView struct {
-	Status projections.OrderStatus
-	// Body is the JSON representation.
-	Body []byte
-}
-
 // Order returns the order orderID of tenant: rendered from its event once
-// decided, else from its command while pending. With wait > 0 and a pending order it waits up to
-// wait for the decision (long polling) and returns the state it has then.
-func (s *Service) Order(ctx context.Context, tenant, orderID string, wait time.Duration) (OrderView, error) {
+// decided, else from its command while pending. With wait > 0 and a pending
+// order it waits up to wait for the decision (long polling) and returns the
+// state it has then. An ID that is not an order ID is ErrNotFound, without
+// any read.
+func (s *Service) Order(ctx context.Context, tenant, orderID string, wait time.Duration) (idempotency.Order, error) {
 	if !events.ValidOrderID(orderID) {
-		return OrderView{}, ErrNotFound
+		return idempotency.Order{}, ErrNotFound
 	}
-	var sub *projections.Sub[struct{}]
+	var decided <-chan struct{}
 	if wait > 0 {
-		sub = s.watch.WatchOrder(orderID)
-		defer sub.Close()
+		c, cancel := s.deps.Watcher.WatchOrder(orderID)
+		defer cancel()
+		decided = c
 	}
-	v, err := s.currentOrder(ctx, tenant, orderID)
-	if err != nil || v.Status != projections.StatusPending || sub == nil {
-		return v, err
+	o, _, err := s.currentOrder(ctx, tenant, orderID)
+	if err != nil || o.Status != idempotency.StatusPending || decided == nil {
+		return o, err
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
-	case <-sub.C:
-		return s.currentOrder(ctx, tenant, orderID)
+	case <-decided:
 	case <-timer.C:
-		// The watch may lag behind the bucket: read once more.
-		return s.currentOrder(ctx, tenant, orderID)
+		// The feed may lag behind the stream: read once more.
 	case <-ctx.Done():
-		return v, nil
+		return o, nil
 	case <-s.draining:
-		return v, nil
+		return o, nil
 	}
+	o, _, err = s.currentOrder(ctx, tenant, orderID)
+	return o, err
 }
 
-func (s *Service) currentOrder(ctx context.Context, tenant, orderID string) (OrderView, error) {
+// currentOrder reads the order and, once decided, its event as stored.
+func (s *Service) currentOrder(ctx context.Context, tenant, orderID string) (idempotency.Order, []byte, error) {
 	if err := s.available(); err != nil {
-		return OrderView{}, err
+		return idempotency.Order{}, nil, err
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	data, found, err := s.events.Event(ctx, orderID)
+	o, event, found, err := s.deps.Orders.Decided(ctx, orderID)
 	if err != nil {
-		return OrderView{}, unavailable("read order", err)
+		return idempotency.Order{}, nil, unavailable("read order", err)
 	}
 	if found {
-		p, err := projections.Project(data)
-		if err != nil {
-			return OrderView{}, fmt.Errorf("order %s: %w", orderID, err)
+		if o.Tenant != tenant {
+			return idempotency.Order{}, nil, ErrNotFound
 		}
-		if p.Order.Tenant != tenant {
-			return OrderView{}, ErrNotFound
-		}
-		return OrderView{Status: p.Order.Status, Body: p.Order.Body}, nil
+		return o, event, nil
 	}
-	cmd, found, err := s.commands.FindCommand(ctx, orderID)
+	cmd, found, err := s.deps.Commands.FindCommand(ctx, orderID)
 	if err != nil {
-		return OrderView{}, unavailable("read command", err)
+		return idempotency.Order{}, nil, unavailable("read command", err)
 	}
 	if !found || cmd.Tenant != tenant {
-		return OrderView{}, ErrNotFound
+		return idempotency.Order{}, nil, ErrNotFound
 	}
-	o := projections.PendingOrder(cmd, orderID)
-	return OrderView{Status: o.Status, Body: o.Body}, nil
+	return idempotency.PendingOrder(cmd, orderID), nil, nil
 }
 
 // OrderEvents returns the JSON array of the order's events, oldest first, each
-// as stored. A pending order has none yet.
+// as stored: its terminal event once decided (an order has at most one), none
+// while pending.
 func (s *Service) OrderEvents(ctx context.Context, tenant, orderID string) ([]byte, error) {
-	if _, err := s.currentOrder(ctx, tenant, orderID); err != nil {
-		return nil, err
+	if !events.ValidOrderID(orderID) {
+		return nil, ErrNotFound
 	}
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	evs, err := s.events.OrderEvents(ctx, orderID)
+	_, event, err := s.currentOrder(ctx, tenant, orderID)
 	if err != nil {
-		return nil, unavailable("read events", err)
+		return nil, err
 	}
 	var b bytes.Buffer
 	b.WriteByte('[')
-	for i, e := range evs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.Write(e)
-	}
+	b.Write(event)
 	b.WriteByte(']')
 	return b.Bytes(), nil
 }

@@ -1,7 +1,11 @@
 // Package app holds the API's use cases: submit an order under an idempotency
-// key, read an order, read its events. It knows the rules (when to replay, when
-// to publish, how long to wait) and talks to NATS only through the small
-// interfaces below; the HTTP layer turns its outcomes and errors into responses.
+// key, read an order, read its events. It knows the rules (when to replay,
+// when to publish, how long to wait) and reaches NATS only through the small
+// interfaces below, which it declares; the HTTP layer turns its outcomes and
+// errors into responses.
+//
+// It may import events and idempotency, and must not import NATS, watermill,
+// gin or the packages that adapt them.
 package app
 
 import (
@@ -13,50 +17,58 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/projections"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
-// ReadModels reads ORDER_RESULTS. ok is false when the key has no value.
-type ReadModels interface {
-	Result(ctx context.Context, key string) (r projections.Result, ok bool, err error)
+// Results reads the key records of ORDER_RESULTS; ok is false when the key
+// has none.
+type Results interface {
+	Get(ctx context.Context, key string) (rec idempotency.Record, ok bool, err error)
 }
 
-// Watcher is the process-wide watch of the read models (projections.Hub).
-// WatchResult and WatchOrder must be called before the read or publish whose
-// outcome they wait for: every update stored after the call is delivered.
+// Cache is the process's memory of completed records: a completed record does
+// not change until it expires, so a remembered one answers a replay without a
+// round trip.
+type Cache interface {
+	CachedResult(key string) (idempotency.Record, bool)
+	Remember(key string, rec idempotency.Record)
+}
+
+// Watcher delivers what is stored from the moment of the call on: WatchResult
+// the records of a key, WatchOrder a signal when an order is decided. Call it
+// before the read or publish whose outcome it waits for. The channel holds the
+// latest update not yet read; cancel unregisters.
 type Watcher interface {
-	CachedResult(key string) (projections.Result, bool)
-	Remember(key string, r projections.Result)
-	WatchResult(key string) *projections.Sub[projections.Result]
-	WatchOrder(orderID string) *projections.Sub[struct{}]
-}
-
-// Published is the broker's answer to a command publish.
-type Published struct {
-	// Sequence is the command's stream sequence, or the original's for a duplicate.
-	Sequence uint64
-	// Duplicate is true when the broker dropped the command as a duplicate of one
-	// stored earlier in the duplicate window.
-	Duplicate bool
+	WatchResult(key string) (c <-chan idempotency.Record, cancel func())
+	WatchOrder(orderID string) (c <-chan struct{}, cancel func())
 }
 
 // Commands is ORDER_COMMANDS.
 //
-// Publish stores cmd with its KeyHash as Nats-Msg-Id and returns once the broker
-// confirmed it (durably stored, or a duplicate). Command fetches the command at a
-// stream sequence; FindCommand finds the command of an order, ok false when none.
+// Publish stores cmd with its KeyHash as Nats-Msg-Id and returns once the
+// broker confirmed it: durably stored (its sequence), or a duplicate of one
+// stored in the window (duplicate true, the original's sequence). Command
+// reads the command at a stream sequence; FindCommand the command of an order,
+// ok false when there is none.
 type Commands interface {
-	Publish(ctx context.Context, cmd events.CreateOrder) (Published, error)
+	Publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate bool, err error)
 	Command(ctx context.Context, seq uint64) (events.CreateOrder, error)
 	FindCommand(ctx context.Context, orderID string) (cmd events.CreateOrder, ok bool, err error)
 }
 
-// EventLog reads ORDER_EVENTS. Event returns the terminal event of an order
-// (ok false while it has none); OrderEvents returns all its events, oldest
-// first, each as stored.
-type EventLog interface {
-	Event(ctx context.Context, orderID string) (data []byte, ok bool, err error)
-	OrderEvents(ctx context.Context, orderID string) ([][]byte, error)
+// Orders reads decided orders: the order rendered from its terminal event,
+// and the event as stored; ok is false while it has none.
+type Orders interface {
+	Decided(ctx context.Context, orderID string) (order idempotency.Order, event []byte, ok bool, err error)
+}
+
+// Deps are the service's ports.
+type Deps struct {
+	Results  Results
+	Cache    Cache
+	Watcher  Watcher
+	Commands Commands
+	Orders   Orders
 }
 
 // Errors of the use cases. The HTTP layer maps them to statuses.
@@ -82,9 +94,9 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 }
 
-// Config configures the service.
+// Config configures the service. Zero fields take defaults.
 type Config struct {
-	// RequestTimeout bounds each NATS call made for a request.
+	// RequestTimeout bounds each NATS call made for a request (default 2s).
 	RequestTimeout time.Duration
 	// Up, when set, returns a context that is canceled when the connection to
 	// NATS is lost (and is canceled while it is down). Requests then fail at
@@ -92,8 +104,15 @@ type Config struct {
 	Up func() context.Context
 }
 
-// Validate reports every problem with c.
+func (c *Config) setDefaults() {
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 2 * time.Second
+	}
+}
+
+// Validate reports every problem with c; zero fields count as their defaults.
 func (c Config) Validate() error {
+	c.setDefaults()
 	if c.RequestTimeout <= 0 {
 		return fmt.Errorf("request timeout must be positive, got %s", c.RequestTimeout)
 	}
@@ -103,10 +122,7 @@ func (c Config) Validate() error {
 // Service implements the use cases.
 type Service struct {
 	cfg      Config
-	models   ReadModels
-	watch    Watcher
-	commands Commands
-	events   EventLog
+	deps     Deps
 	logger   *slog.Logger
 	now      func() time.Time
 	newNonce func() string
@@ -115,18 +131,11 @@ type Service struct {
 	drainOnce sync.Once
 }
 
-// Drain cuts every current and future wait short: requests answer with the
-// state they have (202, 409, the pending order) instead of waiting. Called at
-// shutdown so that in-flight requests finish quickly.
-func (s *Service) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
-
 // NewService returns the service.
-func NewService(cfg Config, models ReadModels, watch Watcher, commands Commands, log EventLog, logger *slog.Logger) (*Service, error) {
-	var errs []error
-	if err := cfg.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if models == nil || watch == nil || commands == nil || log == nil {
+func NewService(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
+	cfg.setDefaults()
+	errs := []error{cfg.Validate()}
+	if deps.Results == nil || deps.Cache == nil || deps.Watcher == nil || deps.Commands == nil || deps.Orders == nil {
 		errs = append(errs, errors.New("app: nil dependency"))
 	}
 	if logger == nil {
@@ -135,9 +144,14 @@ func NewService(cfg Config, models ReadModels, watch Watcher, commands Commands,
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, models: models, watch: watch, commands: commands, events: log, logger: logger,
+	return &Service{cfg: cfg, deps: deps, logger: logger,
 		now: time.Now, newNonce: events.NewNonce, draining: make(chan struct{})}, nil
 }
+
+// Drain cuts every current and future wait short: requests answer with the
+// state they have (202, 409, the pending order) instead of waiting. Called at
+// shutdown so that in-flight requests finish quickly.
+func (s *Service) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // available fails fast while NATS is known to be unreachable.
 func (s *Service) available() error {

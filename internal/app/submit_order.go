@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/projections"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
 // SubmitOrder is a validated POST /v1/orders.
@@ -43,8 +43,8 @@ type Outcome struct {
 	Kind OutcomeKind
 	// OrderID is the order the key belongs to.
 	OrderID string
-	// Result is the stored response when Kind is Completed.
-	Result projections.Result
+	// Record holds the stored response when Kind is Completed.
+	Record idempotency.Record
 	// Replayed is true when Result was stored for an earlier request.
 	Replayed bool
 }
@@ -55,23 +55,24 @@ type Outcome struct {
 // processor's claim turns any command that still slips through into a
 // rejection that names the holder (see package processor).
 func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
-	if r, ok := s.watch.CachedResult(in.KeyHash); ok {
+	if r, ok := s.deps.Cache.CachedResult(in.KeyHash); ok {
 		return s.existing(ctx, in, r, nil)
 	}
 	if err := s.available(); err != nil {
 		return Outcome{}, err
 	}
-	var sub *projections.Sub[projections.Result]
+	var updates <-chan idempotency.Record
 	if in.Wait > 0 || in.WaitForPending > 0 {
-		sub = s.watch.WatchResult(in.KeyHash)
-		defer sub.Close()
+		c, cancel := s.deps.Watcher.WatchResult(in.KeyHash)
+		defer cancel()
+		updates = c
 	}
 	r, found, err := s.result(ctx, in.KeyHash)
 	if err != nil {
 		return Outcome{}, err
 	}
 	if found {
-		return s.existing(ctx, in, r, sub)
+		return s.existing(ctx, in, r, updates)
 	}
 
 	cmd := events.CreateOrder{
@@ -84,27 +85,27 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 		Request:     in.Request,
 	}
 	pctx, cancel := s.timeout(ctx)
-	pub, err := s.commands.Publish(pctx, cmd)
+	seq, duplicate, err := s.deps.Commands.Publish(pctx, cmd)
 	cancel()
 	if err != nil {
 		return Outcome{}, unavailable("publish command", err)
 	}
-	if pub.Duplicate {
-		return s.duplicate(ctx, in, pub.Sequence, sub)
+	if duplicate {
+		return s.duplicate(ctx, in, seq, updates)
 	}
-	return s.await(ctx, in, events.OrderID(pub.Sequence, cmd.Nonce), sub, in.Wait, false)
+	return s.await(ctx, in, events.OrderID(seq, cmd.Nonce), updates, in.Wait, false)
 }
 
 // result reads key from ORDER_RESULTS and caches a completed result.
-func (s *Service) result(ctx context.Context, key string) (projections.Result, bool, error) {
+func (s *Service) result(ctx context.Context, key string) (idempotency.Record, bool, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	r, found, err := s.models.Result(ctx, key)
+	r, found, err := s.deps.Results.Get(ctx, key)
 	if err != nil {
 		return r, false, unavailable("read result", err)
 	}
 	if found {
-		s.watch.Remember(key, r)
+		s.deps.Cache.Remember(key, r)
 	}
 	return r, found, nil
 }
@@ -112,16 +113,16 @@ func (s *Service) result(ctx context.Context, key string) (projections.Result, b
 // duplicate answers a command the broker dropped: the original is in flight or
 // done. The projection knows once a processor claimed it; before that, the
 // original command itself says whose it is.
-func (s *Service) duplicate(ctx context.Context, in SubmitOrder, seq uint64, sub *projections.Sub[projections.Result]) (Outcome, error) {
+func (s *Service) duplicate(ctx context.Context, in SubmitOrder, seq uint64, updates <-chan idempotency.Record) (Outcome, error) {
 	r, found, err := s.result(ctx, in.KeyHash)
 	if err != nil {
 		return Outcome{}, err
 	}
 	if found {
-		return s.existing(ctx, in, r, sub)
+		return s.existing(ctx, in, r, updates)
 	}
 	cctx, cancel := s.timeout(ctx)
-	orig, err := s.commands.Command(cctx, seq)
+	orig, err := s.deps.Commands.Command(cctx, seq)
 	cancel()
 	if err != nil {
 		return Outcome{}, unavailable("read original command", err)
@@ -130,44 +131,44 @@ func (s *Service) duplicate(ctx context.Context, in SubmitOrder, seq uint64, sub
 	if orig.Fingerprint != in.Fingerprint {
 		return Outcome{}, &KeyReusedError{OrderID: origID}
 	}
-	return s.pending(ctx, in, origID, sub)
+	return s.pending(ctx, in, origID, updates)
 }
 
 // existing answers from the key's value in ORDER_RESULTS.
-func (s *Service) existing(ctx context.Context, in SubmitOrder, r projections.Result, sub *projections.Sub[projections.Result]) (Outcome, error) {
+func (s *Service) existing(ctx context.Context, in SubmitOrder, r idempotency.Record, updates <-chan idempotency.Record) (Outcome, error) {
 	if r.Fingerprint != in.Fingerprint {
 		return Outcome{}, &KeyReusedError{OrderID: r.OrderID}
 	}
 	if r.Completed() {
-		return Outcome{Kind: Completed, OrderID: r.OrderID, Result: r, Replayed: true}, nil
+		return Outcome{Kind: Completed, OrderID: r.OrderID, Record: r, Replayed: true}, nil
 	}
-	return s.pending(ctx, in, r.OrderID, sub)
+	return s.pending(ctx, in, r.OrderID, updates)
 }
 
 // pending answers a retry whose original is not decided yet: at once with
 // InProgress, or after waiting for the original when the client asked to wait.
-func (s *Service) pending(ctx context.Context, in SubmitOrder, orderID string, sub *projections.Sub[projections.Result]) (Outcome, error) {
-	if in.WaitForPending <= 0 || sub == nil {
+func (s *Service) pending(ctx context.Context, in SubmitOrder, orderID string, updates <-chan idempotency.Record) (Outcome, error) {
+	if in.WaitForPending <= 0 || updates == nil {
 		return Outcome{Kind: InProgress, OrderID: orderID}, nil
 	}
-	return s.await(ctx, in, orderID, sub, in.WaitForPending, true)
+	return s.await(ctx, in, orderID, updates, in.WaitForPending, true)
 }
 
 // await waits up to wait for the key's stored response. replay says whether the
 // request is a retry (its answer is a replay of the original's).
-func (s *Service) await(ctx context.Context, in SubmitOrder, orderID string, sub *projections.Sub[projections.Result], wait time.Duration, replay bool) (Outcome, error) {
+func (s *Service) await(ctx context.Context, in SubmitOrder, orderID string, updates <-chan idempotency.Record, wait time.Duration, replay bool) (Outcome, error) {
 	notYet := Outcome{Kind: Accepted, OrderID: orderID}
 	if replay {
 		notYet.Kind = InProgress
 	}
-	if wait <= 0 || sub == nil {
+	if wait <= 0 || updates == nil {
 		return notYet, nil
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		select {
-		case r := <-sub.C:
+		case r := <-updates:
 			if r.Completed() {
 				return s.decided(in, orderID, r, replay)
 			}
@@ -185,11 +186,11 @@ func (s *Service) await(ctx context.Context, in SubmitOrder, orderID string, sub
 	}
 }
 
-func (s *Service) decided(in SubmitOrder, orderID string, r projections.Result, replay bool) (Outcome, error) {
+func (s *Service) decided(in SubmitOrder, orderID string, r idempotency.Record, replay bool) (Outcome, error) {
 	if r.Fingerprint != in.Fingerprint {
 		return Outcome{}, &KeyReusedError{OrderID: r.OrderID}
 	}
 	// Another order holds the key when our command lost the processor's claim to
 	// an earlier one: the answer is that order's, a replay.
-	return Outcome{Kind: Completed, OrderID: r.OrderID, Result: r, Replayed: replay || r.OrderID != orderID}, nil
+	return Outcome{Kind: Completed, OrderID: r.OrderID, Record: r, Replayed: replay || r.OrderID != orderID}, nil
 }

@@ -22,7 +22,7 @@ import (
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/projections"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
 // BaselineHandler is the ceiling orderly is measured against: a bare gin
@@ -58,16 +58,16 @@ func BaselineHandler() http.Handler {
 			c.Data(http.StatusBadRequest, "application/problem+json", []byte(`{"code":"invalid_request"}`))
 			return
 		}
-		_ = api.KeyHash(api.DefaultTenant, key)
-		fp := api.Fingerprint(req)
+		_ = idempotency.KeyHash(api.DefaultTenant, key)
+		fp := idempotency.Fingerprint(req)
 		sum, _ := req.Sum()
 		id := events.OrderID(seq.Add(1), events.NewNonce())
 		now := time.Now().UTC()
-		order := projections.CreatedOrder(events.OrderCreated{
+		order := idempotency.CreatedOrder(events.OrderCreated{
 			OrderID: id, CustomerID: req.CustomerID, Currency: req.Currency, Items: req.Items, Total: sum,
 			RequestFingerprint: fp, AcceptedAt: now, CreatedAt: now,
 		})
-		c.Header("Location", projections.OrderPath(id))
+		c.Header("Location", idempotency.OrderPath(id))
 		c.Data(http.StatusCreated, "application/json", order.Body)
 	})
 	return r

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/bench"
 )
 
@@ -250,10 +251,10 @@ func (r *runner) pick(rng *rand.Rand) Scenario {
 func (r *runner) newOrder(n int, s Scenario) *Order {
 	o := &Order{Key: "check-" + r.runID + "-" + strconv.Itoa(n), Scenario: s}
 	req, _ := api.DecodeOrder(r.bodies[s])
-	o.Fingerprint = api.Fingerprint(req)
+	o.Fingerprint = idempotency.Fingerprint(req)
 	if s == Changed {
 		creq, _ := api.DecodeOrder(r.changed)
-		o.ChangedFP = api.Fingerprint(creq)
+		o.ChangedFP = idempotency.Fingerprint(creq)
 	}
 	r.mu.Lock()
 	r.orders = append(r.orders, o)

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/bench"
 )
@@ -141,7 +141,7 @@ func (r *runner) verify(evs []storedEvent, took time.Duration) *Report {
 	var lat []time.Duration
 	for _, o := range r.orders {
 		rep.Scenarios[string(o.Scenario)]++
-		hash := api.KeyHash(r.cfg.Tenant, o.Key)
+		hash := idempotency.KeyHash(r.cfg.Tenant, o.Key)
 		sent[hash] = true
 		for _, a := range o.Attempts {
 			rep.Requests++

@@ -8,6 +8,7 @@ import (
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
 // TestVerifyFindsEachViolation feeds the verifier made-up histories, one broken
@@ -15,7 +16,7 @@ import (
 func TestVerifyFindsEachViolation(t *testing.T) {
 	t.Parallel()
 	created := func(key, fp string) storedEvent {
-		return storedEvent{Type: events.OrderCreatedType, KeyHash: api.KeyHash(api.DefaultTenant, key), Fingerprint: fp, HoldsKey: true}
+		return storedEvent{Type: events.OrderCreatedType, KeyHash: idempotency.KeyHash(api.DefaultTenant, key), Fingerprint: fp, HoldsKey: true}
 	}
 	ok201 := Attempt{Status: http.StatusCreated, Location: "/v1/orders/a", body: []byte(`{"id":"a"}`)}
 	cases := []struct {

@@ -13,17 +13,18 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsserver"
 )
 
 // JetStream starts an in-process embedded server with orderly's topology for a
 // test or benchmark, and returns a JetStream context on it. Everything stops
 // when the test ends.
-func JetStream(tb testing.TB, fsync natsx.Fsync) jetstream.JetStream {
+func JetStream(tb testing.TB, fsync natsserver.Fsync) jetstream.JetStream {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns, err := natsx.StartEmbedded(ctx, natsx.EmbeddedConfig{ServerName: "test", StoreDir: tb.TempDir(), Fsync: fsync})
+	ns, err := natsserver.Start(ctx, natsserver.Config{ServerName: "test", StoreDir: tb.TempDir(), Fsync: fsync})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func JetStream(tb testing.TB, fsync natsx.Fsync) jetstream.JetStream {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := natsx.DefaultTopology().Ensure(ctx, js); err != nil {
+	if err := jsstore.DefaultTopology().Ensure(ctx, js); err != nil {
 		tb.Fatal(err)
 	}
 	return js
@@ -62,15 +63,15 @@ func Cluster(tb testing.TB, n int) (urls string, stop func(i int)) {
 				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", routePorts[j]))
 			}
 		}
-		cfg := natsx.EmbeddedConfig{
+		cfg := natsserver.Config{
 			ServerName: fmt.Sprintf("node-%d", i), StoreDir: tb.TempDir(),
-			Listen: fmt.Sprintf("127.0.0.1:%d", clientPorts[i]), Fsync: natsx.Fsync{Interval: time.Second},
-			Cluster: &natsx.ClusterConfig{Name: "orderly-test", Listen: fmt.Sprintf("127.0.0.1:%d", routePorts[i]), Routes: routes},
+			Listen: fmt.Sprintf("127.0.0.1:%d", clientPorts[i]), Fsync: natsserver.Fsync{Interval: time.Second},
+			Cluster: &natsserver.ClusterConfig{Name: "orderly-test", Listen: fmt.Sprintf("127.0.0.1:%d", routePorts[i]), Routes: routes},
 		}
 		wg.Add(1)
 		go func() { // all at once: JetStream needs a quorum before any node is ready
 			defer wg.Done()
-			nodes[i], errs[i] = natsx.StartEmbedded(context.Background(), cfg)
+			nodes[i], errs[i] = natsserver.Start(context.Background(), cfg)
 		}()
 	}
 	wg.Wait()

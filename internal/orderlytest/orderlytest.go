@@ -38,7 +38,7 @@ func Config(t testing.TB) server.Config {
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.NATSListen = "127.0.0.1:-1"
 	cfg.Processor.Concurrency = 8
-	cfg.ProjectorConcurrency = 4
+	cfg.Projector.Concurrency = 4
 	cfg.ShutdownTimeout = 20 * time.Second
 	return cfg
 }

@@ -23,7 +23,7 @@ const (
 	CodeUnavailable   = "service_unavailable"
 	CodeInternal      = "internal_error"
 	CodeMethod        = "method_not_allowed"
-	CodeNotAcceptable = "not_acceptable"
+	CodeNotReady      = "not_ready"
 )
 
 // FieldError is one problem with one field of the request body.
@@ -49,6 +49,8 @@ type Problem struct {
 	OrderID string `json:"order_id,omitempty"`
 	// Reason is the rejection reason of an order_rejected problem.
 	Reason string `json:"reason,omitempty"`
+	// Checks names each readiness check and its result (not_ready only).
+	Checks map[string]string `json:"checks,omitempty"`
 }
 
 // New returns a problem with the given status, code, title and detail.

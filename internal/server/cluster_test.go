@@ -11,6 +11,7 @@ import (
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -73,7 +74,7 @@ func TestClusterR3(t *testing.T) {
 			t.Fatalf("answers differ: %s vs %s", body, bodies[0])
 		}
 	}
-	if n := orderlytest.CreatedByKey(t, js)[api.KeyHash(api.DefaultTenant, "cluster-key")]; n != 1 {
+	if n := orderlytest.CreatedByKey(t, js)[idempotency.KeyHash(api.DefaultTenant, "cluster-key")]; n != 1 {
 		t.Fatalf("%d orders for one key on the cluster", n)
 	}
 
@@ -109,7 +110,7 @@ func TestClusterR3(t *testing.T) {
 	}
 	counts := orderlytest.CreatedByKey(t, b.JetStream(t))
 	for key := range accepted {
-		if n := counts[api.KeyHash(api.DefaultTenant, key)]; n != 1 {
+		if n := counts[idempotency.KeyHash(api.DefaultTenant, key)]; n != 1 {
 			t.Fatalf("%s: %d orders", key, n)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 	"github.com/orderly-dev/orderly/processor"
@@ -49,7 +50,7 @@ func TestProcessorCrashOrTimeoutMidCommand(t *testing.T) {
 	cfg.Topology.AckWait = 2 * time.Second
 	cfg.Processor.Timeout = time.Second
 	var calls hookCalls
-	cfg.Processor.Hooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, delivered int) error {
+	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, delivered int) error {
 		calls.add(cmd.Request.CustomerID)
 		if delivered > 1 {
 			return nil
@@ -82,7 +83,7 @@ func TestProcessorCrashOrTimeoutMidCommand(t *testing.T) {
 	wg.Wait()
 	counts := orderlytest.CreatedByKey(t, inst.JetStream(t))
 	for _, c := range customers {
-		if n := counts[api.KeyHash(api.DefaultTenant, "fault-"+c)]; n != 1 {
+		if n := counts[idempotency.KeyHash(api.DefaultTenant, "fault-"+c)]; n != 1 {
 			t.Errorf("%s: %d OrderCreated, want 1", c, n)
 		}
 	}
@@ -99,9 +100,9 @@ func TestProcessorCrashOrTimeoutMidCommand(t *testing.T) {
 func TestPoisonCommandIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	cfg := orderlytest.Config(t)
-	cfg.Topology.MaxDeliver = 3
+	cfg.Processor.MaxAttempts = 3
 	var calls hookCalls
-	cfg.Processor.Hooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
+	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
 		if cmd.Request.CustomerID == "c-poison" {
 			calls.add("c-poison")
 			return errors.New("injected: the warehouse rejects this customer")
@@ -117,8 +118,8 @@ func TestPoisonCommandIsDeadLettered(t *testing.T) {
 	if p["code"] != "order_rejected" || p["reason"] != events.ReasonProcessingFailed {
 		t.Fatalf("poison answer: %s", first.Body)
 	}
-	if n := calls.get("c-poison"); n != cfg.Topology.MaxDeliver {
-		t.Fatalf("%d deliveries, want the bound of %d", n, cfg.Topology.MaxDeliver)
+	if n := calls.get("c-poison"); n != cfg.Processor.MaxAttempts {
+		t.Fatalf("%d deliveries, want the bound of %d", n, cfg.Processor.MaxAttempts)
 	}
 	replay := inst.PostOrder(t, "poison-1", orderlytest.Order("c-poison"))
 	if replay.Status != http.StatusUnprocessableEntity || string(replay.Body) != string(first.Body) || replay.Header.Get("Idempotent-Replayed") != "true" {

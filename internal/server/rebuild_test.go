@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/projections"
 )
@@ -48,11 +50,15 @@ func TestRebuildEqualsLive(t *testing.T) {
 			t.Fatalf("setup: %d", r.Status)
 		}
 	}
-	store, err := projections.OpenStore(ctx, js)
+	results, err := jsstore.OpenResults(ctx, js, js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := projections.Rebuild(ctx, js, store, projections.RebuildOptions{DryRun: true, MaxDifferences: 10})
+	evs, err := jsstore.OpenEvents(ctx, js, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{DryRun: true, MaxDifferences: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +66,11 @@ func TestRebuildEqualsLive(t *testing.T) {
 		t.Fatalf("live state differs from the rebuilt one: %+v", rep)
 	}
 
-	results, err := js.KeyValue(ctx, events.ResultsBucket)
+	kv, err := js.KeyValue(ctx, events.ResultsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := snapshot(t, results)
+	live := snapshot(t, kv)
 	// Damage the read model: lose results, corrupt one, add a stray one, and a
 	// pending claim that no event calls for yet (a command in flight).
 	keys := make([]string, 0, len(live))
@@ -73,30 +79,30 @@ func TestRebuildEqualsLive(t *testing.T) {
 	}
 	sort.Strings(keys)
 	for _, key := range keys[:5] {
-		if err := results.Purge(ctx, key); err != nil {
+		if err := kv.Purge(ctx, key); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := results.Put(ctx, keys[5], []byte("{\"state\":\"completed\"}\ngarbage")); err != nil {
+	if _, err := kv.Put(ctx, keys[5], []byte("{\"state\":\"completed\"}\ngarbage")); err != nil {
 		t.Fatal(err)
 	}
-	stray := projections.Result{State: projections.StateCompleted, OrderID: "x", Fingerprint: "f", Status: 201}
-	if _, err := results.Put(ctx, "stray", stray.Encode()); err != nil {
+	stray := idempotency.Record{State: idempotency.StateCompleted, OrderID: "x", Fingerprint: "f", Status: 201}
+	if _, err := kv.Put(ctx, "stray", stray.Encode()); err != nil {
 		t.Fatal(err)
 	}
-	claim := projections.Result{State: projections.StatePending, OrderID: "y", Fingerprint: "f"}
-	if _, err := results.Put(ctx, "in-flight", claim.Encode()); err != nil {
+	claim := idempotency.Record{State: idempotency.StatePending, OrderID: "y", Fingerprint: "f"}
+	if _, err := kv.Put(ctx, "in-flight", claim.Encode()); err != nil {
 		t.Fatal(err)
 	}
 
-	rep, err = projections.Rebuild(ctx, js, store, projections.RebuildOptions{MaxDifferences: 10})
+	rep, err = projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{MaxDifferences: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Missing != 5 || rep.Different != 1 || rep.Stale != 1 || rep.Written != 6 || rep.Removed != 1 {
 		t.Fatalf("repair report: %+v", rep)
 	}
-	after := snapshot(t, results)
+	after := snapshot(t, kv)
 	delete(after, "in-flight") // kept: claims are not events
 	if len(after) != len(live) {
 		t.Fatalf("%d results after the rebuild, %d before", len(after), len(live))
@@ -106,13 +112,13 @@ func TestRebuildEqualsLive(t *testing.T) {
 			t.Fatalf("result %s differs after the rebuild", k)
 		}
 	}
-	if _, err := results.Get(ctx, "in-flight"); err != nil {
+	if _, err := kv.Get(ctx, "in-flight"); err != nil {
 		t.Fatalf("the pending claim was removed: %v", err)
 	}
-	if err := results.Purge(ctx, "in-flight"); err != nil {
+	if err := kv.Purge(ctx, "in-flight"); err != nil {
 		t.Fatal(err)
 	}
-	if rep, _ := projections.Rebuild(ctx, js, store, projections.RebuildOptions{DryRun: true}); !rep.Equal() {
+	if rep, _ := projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{DryRun: true}); !rep.Equal() {
 		t.Fatalf("after the repair: %+v", rep)
 	}
 	// The API answers from the repaired read model.

@@ -1,9 +1,13 @@
-// Package server assembles orderly's components into one process and owns
-// their lifecycle: the embedded nats-server (unless a URL is given), the
-// topology, the HTTP API, the processor and the projector. Start brings them up
-// in order; Shutdown takes them down in reverse: HTTP first (stop accepting,
-// finish in-flight requests), then the routers, then the NATS connections
+// Package server wires orderly's components into one process and owns their
+// lifecycle: the embedded nats-server (unless a URL is given), the topology,
+// the HTTP API with its hub, the processor and the projector on their
+// pipelines, and the operational endpoints. Start brings them up in order;
+// Shutdown takes them down in reverse: HTTP first (stop accepting, finish
+// in-flight requests), then the pipelines, then the NATS connection
 // (drained), then the embedded server.
+//
+// It holds no logic of its own: every component is built with its own
+// New(config, dependencies, registerer, logger).
 package server
 
 import (
@@ -19,22 +23,20 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/nats-io/nats-server/v2/server"
+	nserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/app"
-	"github.com/orderly-dev/orderly/internal/natsx"
-	"github.com/orderly-dev/orderly/internal/streams"
-	"github.com/orderly-dev/orderly/internal/wm"
+	"github.com/orderly-dev/orderly/internal/hub"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsserver"
+	"github.com/orderly-dev/orderly/internal/ops"
+	"github.com/orderly-dev/orderly/internal/pipeline"
 	"github.com/orderly-dev/orderly/processor"
 	"github.com/orderly-dev/orderly/projections"
 )
@@ -51,7 +53,8 @@ var AllRoles = Roles{API: true, Processor: true, Projector: true}
 type Config struct {
 	// Roles to run.
 	Roles Roles
-	// HTTPAddr is the API's listen address (host:port; port 0 picks one).
+	// HTTPAddr is the listen address of the API, or of the operational
+	// endpoints of a process without the API (host:port; port 0 picks one).
 	HTTPAddr string
 	// DataDir holds the embedded server's JetStream files.
 	DataDir string
@@ -62,21 +65,25 @@ type Config struct {
 	// NATSName names the embedded server.
 	NATSName string
 	// Cluster makes the embedded server a cluster node.
-	Cluster *natsx.ClusterConfig
+	Cluster *natsserver.ClusterConfig
 	// Fsync is the embedded server's durability mode.
-	Fsync natsx.Fsync
+	Fsync natsserver.Fsync
 	// Topology is the streams, buckets and consumers.
-	Topology natsx.Topology
-	// API configures the HTTP layer.
+	Topology jsstore.Topology
+	// API configures the HTTP layer; App the use cases behind it; Hub its
+	// view of decisions (ResultTTL is read from the bucket).
 	API api.Config
-	// RequestTimeout bounds each NATS call of an HTTP request (503 after it).
-	RequestTimeout time.Duration
-	// ResultCache is how many completed results the API keeps in memory.
-	ResultCache int
-	// Processor configures the processor.
-	Processor processor.Config
-	// ProjectorConcurrency is how many events the projector handles at once.
-	ProjectorConcurrency int
+	App app.Config
+	Hub hub.Config
+	// Processor and Projector configure the two consumer pipelines (stream,
+	// consumer and dead-letter subject are set by DefaultConfig). A zero
+	// Timeout is the smaller of 5s and half the topology's ack wait.
+	Processor pipeline.Config
+	Projector pipeline.Config
+	// ProcessorHooks inject faults in tests; zero in production.
+	ProcessorHooks processor.Hooks
+	// Ops configures the operational endpoints.
+	Ops ops.Config
 	// ShutdownTimeout bounds Shutdown.
 	ShutdownTimeout time.Duration
 	// PprofAddr, when set, serves net/http/pprof there (never on the API's port).
@@ -92,19 +99,25 @@ type Config struct {
 // DefaultConfig is the configuration of orderly serve.
 func DefaultConfig() Config {
 	return Config{
-		Roles:                AllRoles,
-		HTTPAddr:             "127.0.0.1:8080",
-		DataDir:              "./data",
-		NATSListen:           "127.0.0.1:4222",
-		NATSName:             "orderly",
-		Fsync:                natsx.Fsync{Interval: time.Second},
-		Topology:             natsx.DefaultTopology(),
-		API:                  api.DefaultConfig(),
-		RequestTimeout:       2 * time.Second,
-		ResultCache:          16384,
-		Processor:            processor.DefaultConfig(),
-		ProjectorConcurrency: 16,
-		ShutdownTimeout:      40 * time.Second,
+		Roles:      AllRoles,
+		HTTPAddr:   "127.0.0.1:8080",
+		DataDir:    "./data",
+		NATSListen: "127.0.0.1:4222",
+		NATSName:   "orderly",
+		Fsync:      natsserver.Fsync{Interval: time.Second},
+		Topology:   jsstore.DefaultTopology(),
+		API:        api.DefaultConfig(),
+		App:        app.Config{RequestTimeout: 2 * time.Second},
+		Hub:        hub.Config{CacheSize: 16384},
+		Processor: pipeline.Config{
+			Name: "processor", Stream: events.CommandStream, Consumer: jsstore.ProcessorConsumer,
+			Concurrency: 32, MaxAttempts: 10, DeadLetterSubject: events.DeadLetterSubject,
+		},
+		Projector: pipeline.Config{
+			Name: "projector", Stream: events.EventStream, Consumer: jsstore.ProjectorConsumer,
+			Concurrency: 16,
+		},
+		ShutdownTimeout: 40 * time.Second,
 	}
 }
 
@@ -121,21 +134,22 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("http addr %q: %w", c.HTTPAddr, err))
 	}
 	if c.Roles.API {
-		errs = append(errs, c.API.Validate())
-		if c.RequestTimeout <= 0 {
-			errs = append(errs, fmt.Errorf("nats timeout must be positive, got %s", c.RequestTimeout))
-		}
-		if c.ResultCache < 0 {
-			errs = append(errs, fmt.Errorf("result cache must not be negative, got %d", c.ResultCache))
+		errs = append(errs, c.API.Validate(), c.App.Validate())
+		if c.Hub.CacheSize < 0 {
+			errs = append(errs, fmt.Errorf("result cache must not be negative, got %d", c.Hub.CacheSize))
 		}
 	}
-	if c.Roles.Processor {
-		pcfg := c.Processor
-		pcfg.AckWait, pcfg.MaxDeliver = c.Topology.AckWait, c.Topology.MaxDeliver
-		errs = append(errs, pcfg.Validate())
-	}
-	if c.Roles.Projector && c.ProjectorConcurrency < 1 {
-		errs = append(errs, fmt.Errorf("projector concurrency must be at least 1, got %d", c.ProjectorConcurrency))
+	for _, p := range []struct {
+		on  bool
+		cfg pipeline.Config
+	}{{c.Roles.Processor, c.Processor}, {c.Roles.Projector, c.Projector}} {
+		if !p.on {
+			continue
+		}
+		errs = append(errs, p.cfg.Validate())
+		if t := c.pipelineTimeout(p.cfg); t >= c.Topology.AckWait {
+			errs = append(errs, fmt.Errorf("%s timeout %s must be shorter than the ack wait %s", p.cfg.Name, t, c.Topology.AckWait))
+		}
 	}
 	errs = append(errs, c.Topology.Validate())
 	if c.ShutdownTimeout <= 0 {
@@ -144,31 +158,34 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// pipelineTimeout is p's attempt timeout: as set, or the smaller of 5s and
+// half the ack wait.
+func (c Config) pipelineTimeout(p pipeline.Config) time.Duration {
+	if p.Timeout > 0 {
+		return p.Timeout
+	}
+	return min(5*time.Second, c.Topology.AckWait/2)
+}
+
 // Server is a running orderly process.
 type Server struct {
-	cfg      Config
-	logger   *slog.Logger
-	ns       *server.Server
-	nc       *nats.Conn
-	hub      *projections.Hub
-	svc      *app.Service
-	http     *http.Server
-	httpLn   net.Listener
-	pprof    *http.Server
-	routers  []router
-	batchers []*natsx.Batcher
-	registry *prometheus.Registry
+	cfg       Config
+	logger    *slog.Logger
+	ns        *nserver.Server
+	nc        *nats.Conn
+	hub       *hub.Hub
+	svc       *app.Service
+	http      *http.Server
+	httpLn    net.Listener
+	pprof     *http.Server
+	pipelines []*pipeline.Pipeline
+	batchers  []*jsstore.Batcher
+	registry  *prometheus.Registry
 
 	wg       sync.WaitGroup
 	failed   chan error
 	shutOnce sync.Once
 	shutErr  error
-}
-
-type router interface {
-	Run(ctx context.Context) error
-	Running() <-chan struct{}
-	Close() error
 }
 
 // Start brings a process up. On error everything started so far is stopped.
@@ -190,91 +207,189 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 			return nil, err
 		}
 	}
-
-	if cfg.NATSURL == "" {
-		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("data dir: %w", err)
-		}
-		abs, _ := filepath.Abs(cfg.DataDir)
-		s.ns, err = natsx.StartEmbedded(ctx, natsx.EmbeddedConfig{
-			ServerName: cfg.NATSName, StoreDir: abs, Listen: cfg.NATSListen,
-			Fsync: cfg.Fsync, Cluster: cfg.Cluster, Logger: logger,
-		})
-		if err != nil {
-			return nil, err
-		}
-		logger.Info("embedded NATS started", "store", abs, "client_url", s.NATSURL(), "fsync", cfg.Fsync.String())
-	}
-
-	// The components reach an embedded server over loopback TCP when it
-	// listens: nats-server's in-process connection is a synchronous net.Pipe,
-	// measurably slower under load (docs/performance.md).
-	ns, url := s.ns, cfg.NATSURL
-	if s.ns != nil && cfg.NATSListen != "" {
-		ns, url = nil, s.ns.ClientURL()
-	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	s.nc, err = natsx.Connect(cctx, url, ns, "main", logger)
-	cancel()
+	js, err := s.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(s.nc)
-	if err != nil {
+	if err := s.ensureTopology(ctx, js); err != nil {
 		return nil, err
 	}
-	if err := cfg.Topology.Ensure(ctx, js); err != nil {
-		return nil, fmt.Errorf("topology: %w", err)
-	}
-	store, err := projections.OpenStore(ctx, js)
-	if err != nil {
-		return nil, err
-	}
-
 	// Every component of the process shares the one connection: measured
 	// faster than a connection each (fewer, fuller socket writes; see
 	// docs/performance.md), and a connection's subscriptions have their own
 	// pending limits, so a slow one does not hold up the others.
 	if cfg.Roles.Processor {
-		if err := s.startProcessor(ctx, js, store); err != nil {
+		if err := s.startProcessor(ctx, js); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.Roles.Projector {
-		if err := s.startProjector(ctx, js, store); err != nil {
+		if err := s.startProjector(ctx, js); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.Roles.API {
-		if err := s.startAPI(ctx, js, store); err != nil {
-			return nil, err
-		}
-	} else if err := s.startOps(); err != nil {
+	checks := []ops.Check{
+		{Name: "nats", Run: func(context.Context) error {
+			if !s.nc.IsConnected() {
+				return fmt.Errorf("connection is %s", s.nc.Status())
+			}
+			return nil
+		}},
+		{Name: "jetstream", Run: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }},
+	}
+	opsHandler, err := ops.NewHandler(cfg.Ops, checks, s.registry)
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	if !cfg.Roles.API {
+		return s, s.serveHTTP(opsHandler)
+	}
+	return s, s.startAPI(ctx, js, opsHandler)
 }
 
-// startOps serves /healthz, /readyz and /metrics on the HTTP address of a
-// process without the API (a processor or projector), for probes and scraping.
-func (s *Server) startOps() error {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}`))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := s.ready(ctx); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
+// connect starts the embedded server (unless a URL is given) and connects.
+func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
+	ccfg := jsstore.ConnectConfig{URL: s.cfg.NATSURL, Name: "main"}
+	if s.cfg.NATSURL == "" {
+		if err := os.MkdirAll(s.cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ready"}`))
+		abs, _ := filepath.Abs(s.cfg.DataDir)
+		ns, err := natsserver.Start(ctx, natsserver.Config{
+			ServerName: s.cfg.NATSName, StoreDir: abs, Listen: s.cfg.NATSListen,
+			Fsync: s.cfg.Fsync, Cluster: s.cfg.Cluster, Logger: s.logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.ns = ns
+		s.logger.Info("embedded NATS started", "store", abs, "client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String())
+		// The components reach an embedded server over loopback TCP when it
+		// listens: nats-server's in-process connection is a synchronous
+		// net.Pipe, measurably slower under load (docs/performance.md).
+		if s.cfg.NATSListen != "" {
+			ccfg.URL = ns.ClientURL()
+		} else {
+			ccfg.InProcess = ns
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nc, err := jsstore.Connect(cctx, ccfg, s.logger)
+	if err != nil {
+		return nil, err
+	}
+	s.nc = nc
+	return jetstream.New(nc)
+}
+
+// ensureTopology sets the topology up, retrying with backoff while JetStream
+// is unavailable (a cluster that is still forming), for up to a minute.
+func (s *Server) ensureTopology(ctx context.Context, js jetstream.JetStream) error {
+	deadline := time.Now().Add(time.Minute)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.cfg.Topology.Ensure(tctx, js)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !jsstore.IsUnavailable(err) || time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("topology: %w", err)
+		}
+		s.logger.Warn("JetStream not ready for the topology yet; retrying", "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topology: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// publisher returns js, or a batcher on js (stopped at shutdown) when writes
+// are batched.
+func (s *Server) publisher(js jetstream.JetStream) jsstore.Publisher {
+	if !s.cfg.BatchWrites {
+		return js
+	}
+	b := jsstore.NewBatcher(js, 4, s.cfg.Topology.AckWait)
+	s.batchers = append(s.batchers, b)
+	return b
+}
+
+func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) error {
+	claims, err := jsstore.OpenResults(ctx, js, s.publisher(js))
+	if err != nil {
+		return err
+	}
+	evs, err := jsstore.OpenEvents(ctx, js, s.publisher(js))
+	if err != nil {
+		return err
+	}
+	h, err := processor.New(processor.Config{Hooks: s.cfg.ProcessorHooks}, processor.Deps{Claims: claims, Events: evs}, s.registry, s.logger)
+	if err != nil {
+		return err
+	}
+	delivery := func(d *pipeline.Delivery) processor.Delivery {
+		return processor.Delivery{Data: d.Data, Seq: d.Seq, Delivered: d.Delivered}
+	}
+	return s.run(ctx, js, s.cfg.Processor, pipeline.Handler{
+		Handle: func(ctx context.Context, d *pipeline.Delivery) error { return h.Handle(ctx, delivery(d)) },
+		GiveUp: func(ctx context.Context, d *pipeline.Delivery, cause error) error { return h.GiveUp(ctx, delivery(d), cause) },
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
-	return s.serveHTTP(mux)
+}
+
+func (s *Server) startProjector(ctx context.Context, js jetstream.JetStream) error {
+	results, err := jsstore.OpenResults(ctx, js, s.publisher(js))
+	if err != nil {
+		return err
+	}
+	p, err := projections.NewProjector(projections.ProjectorConfig{ResultTTL: results.TTL()}, results, s.registry, s.logger)
+	if err != nil {
+		return err
+	}
+	return s.run(ctx, js, s.cfg.Projector, pipeline.Handler{
+		Handle: func(ctx context.Context, d *pipeline.Delivery) error { return p.Handle(ctx, d.Data) },
+	})
+}
+
+func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, opsHandler http.Handler) error {
+	results, err := jsstore.OpenResults(ctx, js, js)
+	if err != nil {
+		return err
+	}
+	evs, err := jsstore.OpenEvents(ctx, js, js)
+	if err != nil {
+		return err
+	}
+	commands, err := jsstore.OpenCommands(ctx, js, s.publisher(js))
+	if err != nil {
+		return err
+	}
+	hcfg := s.cfg.Hub
+	hcfg.ResultTTL = results.TTL()
+	h, err := hub.New(hcfg, results, evs, s.registry, s.logger)
+	if err != nil {
+		return err
+	}
+	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	s.hub = h
+	acfg := s.cfg.App
+	acfg.Up = jsstore.WatchHealth(s.nc).Up
+	svc, err := app.NewService(acfg, app.Deps{
+		Results: results, Cache: h, Watcher: h, Commands: commands, Orders: projections.NewOrders(evs),
+	}, s.logger)
+	if err != nil {
+		return err
+	}
+	s.svc = svc
+	handler, err := api.NewHandler(s.cfg.API, svc, opsHandler, s.registry, s.logger)
+	if err != nil {
+		return err
+	}
+	return s.serveHTTP(handler)
 }
 
 // serveHTTP serves h on the configured HTTP address until Shutdown.
@@ -300,103 +415,6 @@ func (s *Server) serveHTTP(h http.Handler) error {
 	return nil
 }
 
-// batcher returns a new batcher on js, stopped at shutdown.
-func (s *Server) batcher(js jetstream.JetStream) *natsx.Batcher {
-	b := natsx.NewBatcher(js, 4, s.cfg.Topology.AckWait)
-	s.batchers = append(s.batchers, b)
-	return b
-}
-
-func (s *Server) startProcessor(ctx context.Context, wjs jetstream.JetStream, store *projections.Store) error {
-	pcfg := s.cfg.Processor
-	pcfg.AckWait, pcfg.MaxDeliver = s.cfg.Topology.AckWait, s.cfg.Topology.MaxDeliver
-	var evPub natsx.Publisher = wjs
-	if s.cfg.BatchWrites {
-		evPub = s.batcher(wjs)
-		store = store.WithPublisher(s.batcher(wjs))
-	}
-	p, err := processor.New(pcfg, wjs, evPub, store, s.logger)
-	if err != nil {
-		return err
-	}
-	decided := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "orderly_commands_decided_total",
-		Help: "CreateOrder commands decided by the processor, by event kind.",
-	}, []string{"kind"})
-	s.registry.MustRegister(decided)
-	p.OnDecided(func(k events.Kind, _ string) { decided.WithLabelValues(string(k)).Inc() })
-	return s.run(ctx, "processor", p)
-}
-
-func (s *Server) startProjector(ctx context.Context, wjs jetstream.JetStream, store *projections.Store) error {
-	if s.cfg.BatchWrites {
-		store = store.WithPublisher(s.batcher(wjs))
-	}
-	p, err := projections.NewProjector(store, s.logger)
-	if err != nil {
-		return err
-	}
-	skipped := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "orderly_events_skipped_total",
-		Help: "Events the projector acked without projecting them, by reason.",
-	}, []string{"reason"})
-	s.registry.MustRegister(skipped)
-	p.Skipped = func(reason string) { skipped.WithLabelValues(reason).Inc() }
-
-	plog := s.logger.With("component", "projector")
-	sub, err := wm.NewSubscriber(wjs, wm.SubscriberConfig{
-		Stream: events.EventStream, Consumer: natsx.ProjectorConsumer,
-		Concurrency: s.cfg.ProjectorConcurrency, Prefetch: 2 * s.cfg.ProjectorConcurrency,
-		Backoff:      wm.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second},
-		CloseTimeout: s.cfg.Topology.AckWait,
-	}, plog)
-	if err != nil {
-		return err
-	}
-	r, err := newRouter(s.cfg.Topology.AckWait, wm.Logger(plog))
-	if err != nil {
-		return err
-	}
-	workers := wm.NewWorkers(s.cfg.ProjectorConcurrency)
-	r.AddMiddleware(middleware.Recoverer, workers.Middleware)
-	r.AddConsumerHandler("project", events.EventStream, sub, p.Handle)
-	return s.run(ctx, "projector", routerAdapter{Router: r, after: workers.Stop})
-}
-
-func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, store *projections.Store) error {
-	hub, err := projections.NewHub(store, projections.HubConfig{CacheSize: s.cfg.ResultCache}, s.logger)
-	if err != nil {
-		return err
-	}
-	if err := hub.Start(ctx); err != nil {
-		return err
-	}
-	s.hub = hub
-	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "orderly_waiters",
-		Help: "Requests waiting for a decision (POST) or a change (GET ?wait=).",
-	}, func() float64 { return float64(hub.Waiters()) }))
-	var cmdPub natsx.Publisher = js
-	if s.cfg.BatchWrites {
-		cmdPub = s.batcher(js)
-	}
-	log, err := streams.OpenLog(ctx, js, cmdPub)
-	if err != nil {
-		return err
-	}
-	health := natsx.WatchHealth(js.Conn())
-	svc, err := app.NewService(app.Config{RequestTimeout: s.cfg.RequestTimeout, Up: health.Up}, store, hub, log, log, s.logger)
-	if err != nil {
-		return err
-	}
-	s.svc = svc
-	h, err := api.NewHandler(s.cfg.API, svc, s.ready, s.registry, s.logger)
-	if err != nil {
-		return err
-	}
-	return s.serveHTTP(h)
-}
-
 // startPprof serves the profiling endpoints on their own listener.
 func (s *Server) startPprof(addr string) error {
 	ln, err := net.Listen("tcp", addr)
@@ -415,42 +433,35 @@ func (s *Server) startPprof(addr string) error {
 	return nil
 }
 
-// run starts a router and waits until it runs.
-func (s *Server) run(ctx context.Context, name string, r router) error {
-	s.routers = append(s.routers, r)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := r.Run(context.WithoutCancel(ctx)); err != nil {
-			s.failed <- fmt.Errorf("%s: %w", name, err)
-		}
-	}()
-	select {
-	case <-r.Running():
-		return nil
-	case err := <-s.failed:
-		return err
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("%s did not start within 30s", name)
-	}
-}
-
-// ready is nil when every connection is up and JetStream answers.
-func (s *Server) ready(ctx context.Context) error {
-	if !s.nc.IsConnected() {
-		return fmt.Errorf("NATS connection is %s", s.nc.Status())
-	}
-	js, err := jetstream.New(s.nc)
+// run builds a pipeline, starts it and waits until it consumes.
+func (s *Server) run(ctx context.Context, js jetstream.JetStream, cfg pipeline.Config, h pipeline.Handler) error {
+	cfg.Timeout = s.cfg.pipelineTimeout(cfg)
+	p, err := pipeline.New(cfg, js, h, s.registry, s.logger)
 	if err != nil {
 		return err
 	}
-	if _, err := js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("JetStream: %w", err)
+	s.pipelines = append(s.pipelines, p)
+	errc := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := p.Run(context.WithoutCancel(ctx)); err != nil {
+			err = fmt.Errorf("%s: %w", cfg.Name, err)
+			errc <- err
+			s.failed <- err
+		}
+	}()
+	select {
+	case <-p.Running():
+		return nil
+	case err := <-errc:
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("%s did not start within 30s", cfg.Name)
 	}
-	return nil
 }
 
-// HTTPAddr is the API's address, such as 127.0.0.1:8080.
+// HTTPAddr is the HTTP address, such as 127.0.0.1:8080.
 func (s *Server) HTTPAddr() string {
 	if s.httpLn == nil {
 		return ""
@@ -470,8 +481,8 @@ func (s *Server) NATSURL() string {
 func (s *Server) Failed() <-chan error { return s.failed }
 
 // Shutdown stops the process gracefully: HTTP (in-flight requests finish; waits
-// are cut short), routers (in-flight messages finish or stay unacked for
-// redelivery), NATS connections (drained), the embedded server. It is safe to
+// are cut short), pipelines (in-flight messages finish or are handed back for
+// redelivery), NATS connection (drained), the embedded server. It is safe to
 // call more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() { s.shutErr = s.shutdown(ctx) })
@@ -491,8 +502,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if s.hub != nil {
 		s.hub.Stop()
 	}
-	for _, r := range s.routers {
-		if err := r.Close(); err != nil {
+	for _, p := range s.pipelines {
+		if err := p.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -536,23 +547,4 @@ func drain(ctx context.Context, nc *nats.Conn) error {
 		nc.Close()
 		return fmt.Errorf("drain %s: %w", nc.Opts.Name, ctx.Err())
 	}
-}
-
-// routerAdapter gives a watermill router the router interface; after runs once
-// the router is closed.
-type routerAdapter struct {
-	*message.Router
-	after func()
-}
-
-func (r routerAdapter) Running() <-chan struct{} { return r.Router.Running() }
-
-func (r routerAdapter) Close() error {
-	err := r.Router.Close()
-	r.after()
-	return err
-}
-
-func newRouter(closeTimeout time.Duration, logger watermill.LoggerAdapter) (*message.Router, error) {
-	return message.NewRouter(message.RouterConfig{CloseTimeout: closeTimeout}, logger)
 }

@@ -15,7 +15,8 @@ import (
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 )
@@ -91,7 +92,7 @@ func concurrentPostsWithOneKey(t *testing.T, batch bool) {
 		}
 	}
 	counts := orderlytest.CreatedByKey(t, js)
-	if len(counts) != 1 || counts[api.KeyHash(api.DefaultTenant, "one-key")] != 1 {
+	if len(counts) != 1 || counts[idempotency.KeyHash(api.DefaultTenant, "one-key")] != 1 {
 		t.Fatalf("OrderCreated per key = %v, want exactly one", counts)
 	}
 	t.Logf("1 created, %d replays, %d conflicts", replays, conflicts)
@@ -122,9 +123,9 @@ func TestSameKeyAfterDuplicateWindow(t *testing.T) {
 	// after the window, with new order IDs. The processor's claim turns them into
 	// rejections that name the holder, never into a second OrderCreated.
 	holder := first.JSON(t)["id"].(string)
-	same := publishCommand(t, js, "window-1", api.Fingerprint(decode(t, orderlytest.Order("c-1"))), orderlytest.Order("c-1"))
+	same := publishCommand(t, js, "window-1", idempotency.Fingerprint(decode(t, orderlytest.Order("c-1"))), orderlytest.Order("c-1"))
 	time.Sleep(1500 * time.Millisecond) // the broker remembers the msg ID of that one for a window
-	other := publishCommand(t, js, "window-1", api.Fingerprint(decode(t, orderlytest.Order("c-2"))), orderlytest.Order("c-2"))
+	other := publishCommand(t, js, "window-1", idempotency.Fingerprint(decode(t, orderlytest.Order("c-2"))), orderlytest.Order("c-2"))
 	for id, reason := range map[string]string{same: events.ReasonDuplicate, other: events.ReasonKeyReused} {
 		var got map[string]any
 		orderlytest.Eventually(t, 10*time.Second, "rejection of "+id, func() bool {
@@ -138,8 +139,8 @@ func TestSameKeyAfterDuplicateWindow(t *testing.T) {
 		}
 	}
 	counts := orderlytest.CreatedByKey(t, js)
-	if counts[api.KeyHash(api.DefaultTenant, "window-1")] != 1 {
-		t.Fatalf("OrderCreated for the key: %d, want 1", counts[api.KeyHash(api.DefaultTenant, "window-1")])
+	if counts[idempotency.KeyHash(api.DefaultTenant, "window-1")] != 1 {
+		t.Fatalf("OrderCreated for the key: %d, want 1", counts[idempotency.KeyHash(api.DefaultTenant, "window-1")])
 	}
 	// The key still answers with the holder's response.
 	again := inst.PostOrder(t, "window-1", orderlytest.Order("c-1"))
@@ -163,7 +164,7 @@ func publishCommand(t *testing.T, js jetstream.JetStream, key, fingerprint strin
 	t.Helper()
 	cmd := events.CreateOrder{
 		Type: events.CreateOrderType, Nonce: events.NewNonce(), Tenant: api.DefaultTenant,
-		KeyHash: api.KeyHash(api.DefaultTenant, key), Fingerprint: fingerprint,
+		KeyHash: idempotency.KeyHash(api.DefaultTenant, key), Fingerprint: fingerprint,
 		AcceptedAt: time.Now(), Request: decode(t, body),
 	}
 	data, _ := json.Marshal(cmd)
@@ -199,7 +200,7 @@ func TestSameKeyAfterResultTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	orderlytest.Eventually(t, 15*time.Second, "the result to expire", func() bool {
-		_, err := kv.Get(context.Background(), api.KeyHash(api.DefaultTenant, "ttl-1"))
+		_, err := kv.Get(context.Background(), idempotency.KeyHash(api.DefaultTenant, "ttl-1"))
 		return err != nil
 	})
 	second := inst.PostOrder(t, "ttl-1", orderlytest.Order("c-1"))
@@ -209,7 +210,7 @@ func TestSameKeyAfterResultTTL(t *testing.T) {
 	if second.JSON(t)["id"] == first.JSON(t)["id"] {
 		t.Fatal("after the TTL the key made no new order")
 	}
-	if n := orderlytest.CreatedByKey(t, js)[api.KeyHash(api.DefaultTenant, "ttl-1")]; n != 2 {
+	if n := orderlytest.CreatedByKey(t, js)[idempotency.KeyHash(api.DefaultTenant, "ttl-1")]; n != 2 {
 		t.Fatalf("%d orders for the key, want 2", n)
 	}
 }
@@ -268,8 +269,8 @@ func TestNATSUnavailable(t *testing.T) {
 	dir := t.TempDir()
 	port := orderlytest.FreePort(t)
 	startNATS := func() func() {
-		ns, err := natsx.StartEmbedded(context.Background(), natsx.EmbeddedConfig{
-			ServerName: "ext", StoreDir: dir, Listen: "127.0.0.1:" + strconv.Itoa(port), Fsync: natsx.Fsync{Interval: time.Second},
+		ns, err := natsserver.Start(context.Background(), natsserver.Config{
+			ServerName: "ext", StoreDir: dir, Listen: "127.0.0.1:" + strconv.Itoa(port), Fsync: natsserver.Fsync{Interval: time.Second},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -279,7 +280,7 @@ func TestNATSUnavailable(t *testing.T) {
 	stop := startNATS()
 	cfg := orderlytest.Config(t)
 	cfg.NATSURL = "nats://127.0.0.1:" + strconv.Itoa(port)
-	cfg.RequestTimeout = 5 * time.Second // the 503 must come from knowing NATS is gone, not from this timeout
+	cfg.App.RequestTimeout = 5 * time.Second // the 503 must come from knowing NATS is gone, not from this timeout
 	inst := orderlytest.Start(t, cfg)
 	if r := inst.PostOrder(t, "before", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
 		t.Fatalf("before the outage: %d %s", r.Status, r.Body)
@@ -308,7 +309,7 @@ func TestNATSUnavailable(t *testing.T) {
 		after = inst.PostOrder(t, "during", orderlytest.Order("c-1"))
 		return after.Status == http.StatusCreated
 	})
-	if n := orderlytest.CreatedByKey(t, inst.JetStream(t))[api.KeyHash(api.DefaultTenant, "during")]; n != 1 {
+	if n := orderlytest.CreatedByKey(t, inst.JetStream(t))[idempotency.KeyHash(api.DefaultTenant, "during")]; n != 1 {
 		t.Fatalf("%d orders for the retried key, want 1", n)
 	}
 }
@@ -325,12 +326,12 @@ func TestConfigValidation(t *testing.T) {
 	cfg.Topology.DedupWindow = time.Hour
 	cfg.Topology.ResultTTL = time.Minute
 	cfg.API.BodyLimit = 10
-	cfg.Processor.Concurrency = 0
+	cfg.Processor.Concurrency = -1
 	err := cfg.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"result TTL", "body limit", "processor concurrency"} {
+	for _, want := range []string{"result TTL", "body limit", "processor: concurrency"} {
 		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -400,7 +401,7 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 	}
 	counts := orderlytest.CreatedByKey(t, again.JetStream(t))
 	for key := range accepted {
-		if n := counts[api.KeyHash(api.DefaultTenant, key)]; n != 1 {
+		if n := counts[idempotency.KeyHash(api.DefaultTenant, key)]; n != 1 {
 			t.Fatalf("%s: %d OrderCreated, want 1", key, n)
 		}
 	}
@@ -460,7 +461,7 @@ func TestAsyncAndSyncClientsGetEveryOrderOnce(t *testing.T) {
 	wg.Wait()
 	counts := orderlytest.CreatedByKey(t, inst.JetStream(t))
 	for i := 0; i < 2*n; i++ {
-		if c := counts[api.KeyHash(api.DefaultTenant, "client-"+strconv.Itoa(i))]; c != 1 {
+		if c := counts[idempotency.KeyHash(api.DefaultTenant, "client-"+strconv.Itoa(i))]; c != 1 {
 			t.Fatalf("client-%d: %d orders", i, c)
 		}
 	}

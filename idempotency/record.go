@@ -1,4 +1,4 @@
-package projections
+package idempotency
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	gojson "github.com/goccy/go-json"
 )
 
-// State is the state of a key in ORDER_RESULTS.
+// State is the state of a key's record.
 type State string
 
 const (
@@ -20,11 +20,11 @@ const (
 	StateCompleted State = "completed"
 )
 
-// Result is the value of a key in ORDER_RESULTS: first the claim a processor
-// writes (StatePending), then the response the projector stores (StateCompleted).
-// Its encoding is a JSON header line followed by the response body, byte for
-// byte, so that a replay sends exactly the stored bytes.
-type Result struct {
+// Record is what a key holds: first the claim a processor writes
+// (StatePending), then the response the projector stores (StateCompleted). Its
+// encoding is a JSON header line followed by the response body, byte for byte,
+// so that a replay sends exactly the stored bytes.
+type Record struct {
 	// State is pending or completed.
 	State State `json:"state"`
 	// OrderID is the order the key belongs to.
@@ -39,15 +39,26 @@ type Result struct {
 	ContentType string `json:"content_type,omitempty"`
 	// Body is the stored response body.
 	Body []byte `json:"-"`
-	// Stored is when this value was stored; set when read from the bucket.
+	// Stored is when this value was stored; set by the store that read it.
 	Stored time.Time `json:"-"`
 }
 
-// Completed reports whether r holds a stored response.
-func (r Result) Completed() bool { return r.State == StateCompleted }
+// Pending is the claim of a key by orderID for a request with fingerprint.
+func Pending(orderID, fingerprint string) Record {
+	return Record{State: StatePending, OrderID: orderID, Fingerprint: fingerprint}
+}
 
-// Encode is the bucket value of r.
-func (r Result) Encode() []byte {
+// Completed reports whether r holds a stored response.
+func (r Record) Completed() bool { return r.State == StateCompleted }
+
+// Expired reports whether r, stored with a time to live of ttl, has expired at
+// now. A record of unknown age (Stored zero) or with ttl 0 never expires.
+func (r Record) Expired(ttl time.Duration, now time.Time) bool {
+	return ttl > 0 && !r.Stored.IsZero() && now.Sub(r.Stored) >= ttl
+}
+
+// Encode is the stored form of r.
+func (r Record) Encode() []byte {
 	b := make([]byte, 0, 160+len(r.Body))
 	b = append(b, `{"state":`...)
 	b = appendString(b, string(r.State))
@@ -71,47 +82,26 @@ func (r Result) Encode() []byte {
 	return append(b, r.Body...)
 }
 
-// DecodeResult decodes a bucket value.
-func DecodeResult(b []byte) (Result, error) {
-	var r Result
-	body, err := decodeRecord(b, &r)
-	if err != nil {
-		return Result{}, fmt.Errorf("result record: %w", err)
+// Decode decodes the stored form of a record.
+func Decode(b []byte) (Record, error) {
+	var r Record
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return Record{}, errors.New("idempotency record: no header line")
+	}
+	if err := gojson.Unmarshal(b[:i], &r); err != nil {
+		return Record{}, fmt.Errorf("idempotency record: %w", err)
 	}
 	if r.State != StatePending && r.State != StateCompleted {
-		return Result{}, fmt.Errorf("result record: unknown state %q", r.State)
+		return Record{}, fmt.Errorf("idempotency record: unknown state %q", r.State)
 	}
-	r.Body = body
+	r.Body = b[i+1:]
 	return r, nil
 }
 
-// OrderStatus is the status of an order as GET /v1/orders/{id} shows it.
-type OrderStatus string
-
-const (
-	// StatusPending: accepted, not decided yet.
-	StatusPending OrderStatus = "pending"
-	// StatusCreated: the order was created.
-	StatusCreated OrderStatus = "created"
-	// StatusRejected: the order was rejected.
-	StatusRejected OrderStatus = "rejected"
-)
-
-// Order is an order as GET /v1/orders/{id} serves it: who owns it, its
-// status, and its JSON representation. It is rendered from the order's event
-// (or its command while pending), not stored.
-type Order struct {
-	// Tenant owns the order; other tenants do not see it.
-	Tenant string
-	// Status is pending, created or rejected.
-	Status OrderStatus
-	// Body is the JSON representation of the order.
-	Body []byte
-}
-
-// appendString appends s as a JSON string. The header lines are written by
-// hand: they are on the hot path, and a general encoder costs more than the
-// rest of the record.
+// appendString appends s as a JSON string. The header line is written by hand:
+// it is on the hot path, and a general encoder costs more than the rest of
+// the record.
 func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
@@ -126,15 +116,4 @@ func appendString(b []byte, s string) []byte {
 		}
 	}
 	return append(b, '"')
-}
-
-func decodeRecord(b []byte, header any) (body []byte, err error) {
-	i := bytes.IndexByte(b, '\n')
-	if i < 0 {
-		return nil, errors.New("no header line")
-	}
-	if err := gojson.Unmarshal(b[:i], header); err != nil {
-		return nil, err
-	}
-	return b[i+1:], nil
 }

@@ -1,4 +1,4 @@
-package api_test
+package systemtest
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 	"github.com/orderly-dev/orderly/internal/server"
 )
 
-// The tests in this file check every row of the response table of
-// docs/DESIGN section 3 against a real orderly with a real embedded NATS.
+// The tests in this file check every row of the response table of the HTTP
+// contract (docs/http-contract.md) against a running orderly.
 
 func commandCount(t *testing.T, inst *orderlytest.Instance) uint64 {
 	t.Helper()

@@ -1,4 +1,4 @@
-package natsx
+package jsstore
 
 import (
 	"context"

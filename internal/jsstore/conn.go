@@ -1,4 +1,4 @@
-package natsx
+package jsstore
 
 import (
 	"context"
@@ -7,20 +7,28 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
-// Connect opens a connection named name: in process to ns when ns is not nil,
-// else to url. It reconnects for ever; when url cannot be reached at first it
-// keeps trying until ctx ends.
-func Connect(ctx context.Context, url string, ns *server.Server, name string, logger *slog.Logger) (*nats.Conn, error) {
+// ConnectConfig says how to reach NATS.
+type ConnectConfig struct {
+	// URL lists the servers, comma-separated. Ignored with InProcess.
+	URL string
+	// InProcess, when set, connects in process to an embedded server.
+	InProcess nats.InProcessConnProvider
+	// Name names the connection (shown by the server as orderly-<name>).
+	Name string
+}
+
+// Connect opens a connection. It reconnects for ever; when the servers cannot
+// be reached at first it keeps trying until ctx ends.
+func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats.Conn, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	log := logger.With("component", "nats", "conn", name)
+	log := logger.With("component", "nats", "conn", cfg.Name)
 	opts := []nats.Option{
-		nats.Name("orderly-" + name),
+		nats.Name("orderly-" + cfg.Name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, 100*time.Millisecond),
@@ -42,8 +50,9 @@ func Connect(ctx context.Context, url string, ns *server.Server, name string, lo
 			log.Error("NATS async error", "subject", subj, "err", err)
 		}),
 	}
-	if ns != nil {
-		opts = append(opts, nats.InProcessServer(ns))
+	url := cfg.URL
+	if cfg.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(cfg.InProcess))
 		url = ""
 	} else if url == "" {
 		return nil, errors.New("no NATS URL and no embedded server")

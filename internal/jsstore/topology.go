@@ -1,4 +1,4 @@
-package natsx
+package jsstore
 
 import (
 	"context"
@@ -41,10 +41,8 @@ type Topology struct {
 	// them for ever.
 	DeadLetterRetention time.Duration
 	// AckWait is how long a consumer waits for an ack before it redelivers.
+	// A pipeline's attempts must be shorter (internal/pipeline checks).
 	AckWait time.Duration
-	// MaxDeliver bounds the deliveries of one command to the processor; the last
-	// delivery dead-letters it.
-	MaxDeliver int
 }
 
 // DefaultTopology is the topology of a standalone orderly.
@@ -55,7 +53,6 @@ func DefaultTopology() Topology {
 		CommandRetention: 72 * time.Hour,
 		ResultTTL:        24 * time.Hour,
 		AckWait:          10 * time.Second,
-		MaxDeliver:       10,
 	}
 }
 
@@ -79,9 +76,6 @@ func (t Topology) Validate() error {
 	}
 	if t.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("ack wait must be at least 1s, got %s", t.AckWait))
-	}
-	if t.MaxDeliver < 2 {
-		errs = append(errs, fmt.Errorf("max deliver must be at least 2, got %d", t.MaxDeliver))
 	}
 	return errors.Join(errs...)
 }
@@ -162,7 +156,9 @@ func (t Topology) ResultsConfig() jetstream.KeyValueConfig {
 	}
 }
 
-// ProcessorConsumerConfig is the durable consumer the processors share.
+// ProcessorConsumerConfig is the durable consumer the processors share. It
+// never gives up on a command by itself: the processor's pipeline decides
+// when a command is poison, and acks it only once it is dead-lettered.
 func (t Topology) ProcessorConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       ProcessorConsumer,
@@ -171,7 +167,7 @@ func (t Topology) ProcessorConsumerConfig() jetstream.ConsumerConfig {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       t.AckWait,
-		MaxDeliver:    t.MaxDeliver,
+		MaxDeliver:    -1,
 		MaxAckPending: 4096,
 		Replicas:      t.Replicas,
 	}

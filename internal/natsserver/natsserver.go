@@ -1,7 +1,9 @@
-// Package natsx is orderly's NATS plumbing: the embedded server, connections, the
-// streams and buckets (the topology), and the mapping of NATS errors to the few
-// cases the rest of orderly cares about. It is nobody's contract.
-package natsx
+// Package natsserver runs nats-server inside orderly: the embedded server of
+// `orderly serve`, one node or a cluster node, with its durability mode.
+//
+// Only `orderly serve` and the tests link nats-server: nothing else may import
+// this package. Clients of NATS (everything else) use internal/jsstore.
+package natsserver
 
 import (
 	"context"
@@ -58,8 +60,8 @@ type ClusterConfig struct {
 	Routes []string
 }
 
-// EmbeddedConfig configures an embedded nats-server.
-type EmbeddedConfig struct {
+// Config configures an embedded nats-server.
+type Config struct {
 	// ServerName names the node; required and unique in a cluster.
 	ServerName string
 	// StoreDir is where JetStream keeps its files.
@@ -76,7 +78,7 @@ type EmbeddedConfig struct {
 }
 
 // Validate reports every problem with the config.
-func (c EmbeddedConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.StoreDir == "" {
 		errs = append(errs, errors.New("embedded NATS: store directory is empty"))
@@ -117,7 +119,7 @@ func splitHostPort(addr string) (string, int, error) {
 
 // StartEmbedded starts a nats-server with JetStream and waits until it accepts
 // connections and JetStream answers (in a cluster: until there is a meta leader).
-func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*server.Server, error) {
+func Start(ctx context.Context, cfg Config) (*server.Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package processor_test
+package jsstore_test
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
-	"github.com/orderly-dev/orderly/projections"
 )
 
 // The claim path, measured on a real embedded server (fsync every second).
-// Run: go test -run '^$' -bench Claim -benchtime 20000x ./processor/
+// Run: go test -run '^$' -bench Claim -benchtime 20000x ./internal/jsstore/
 //
 // KVCreate is the claim orderly uses: an atomic create of the key's slot in
 // ORDER_RESULTS. ExpectedSeqPublish is the alternative of the design: a publish
@@ -56,12 +57,12 @@ func BenchmarkClaim(b *testing.B) {
 			name = "parallel32"
 		}
 		b.Run("KVCreate/"+name, func(b *testing.B) {
-			js := orderlytest.JetStream(b, natsx.Fsync{Interval: time.Second})
-			store, err := projections.OpenStore(context.Background(), js)
+			js := orderlytest.JetStream(b, natsserver.Fsync{Interval: time.Second})
+			store, err := jsstore.OpenResults(context.Background(), js, js)
 			if err != nil {
 				b.Fatal(err)
 			}
-			claim := projections.Result{State: projections.StatePending, OrderID: "ord_01M8MDT443JPW9458J298TZP0M", Fingerprint: "tWWW18ir72jeRO_7FM_v-rwh95XGLoZUDlpR3W-KjnQ"}
+			claim := idempotency.Record{State: idempotency.StatePending, OrderID: "ord_01M8MDT443JPW9458J298TZP0M", Fingerprint: "tWWW18ir72jeRO_7FM_v-rwh95XGLoZUDlpR3W-KjnQ"}
 			benchClaims(b, parallel, func(ctx context.Context, i int64) error {
 				_, won, err := store.Claim(ctx, "k"+strconv.FormatInt(i, 36), claim)
 				if err == nil && !won {
@@ -71,12 +72,12 @@ func BenchmarkClaim(b *testing.B) {
 			})
 		})
 		b.Run("KVCreateLost/"+name, func(b *testing.B) {
-			js := orderlytest.JetStream(b, natsx.Fsync{Interval: time.Second})
-			store, err := projections.OpenStore(context.Background(), js)
+			js := orderlytest.JetStream(b, natsserver.Fsync{Interval: time.Second})
+			store, err := jsstore.OpenResults(context.Background(), js, js)
 			if err != nil {
 				b.Fatal(err)
 			}
-			claim := projections.Result{State: projections.StatePending, OrderID: "ord_01M8MDT443JPW9458J298TZP0M", Fingerprint: "fp"}
+			claim := idempotency.Record{State: idempotency.StatePending, OrderID: "ord_01M8MDT443JPW9458J298TZP0M", Fingerprint: "fp"}
 			if _, _, err := store.Claim(context.Background(), "taken", claim); err != nil {
 				b.Fatal(err)
 			}
@@ -89,11 +90,11 @@ func BenchmarkClaim(b *testing.B) {
 			})
 		})
 		b.Run("ExpectedSeqPublish/"+name, func(b *testing.B) {
-			js := orderlytest.JetStream(b, natsx.Fsync{Interval: time.Second})
+			js := orderlytest.JetStream(b, natsserver.Fsync{Interval: time.Second})
 			if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "CLAIMS", Subjects: []string{"claims.>"}, Storage: jetstream.FileStorage}); err != nil {
 				b.Fatal(err)
 			}
-			data := projections.Result{State: projections.StatePending, OrderID: "ord_01M8MDT443JPW9458J298TZP0M", Fingerprint: "fp"}.Encode()
+			data := idempotency.Record{State: idempotency.StatePending, OrderID: "ord_01M8MDT443JPW9458J298TZP0M", Fingerprint: "fp"}.Encode()
 			benchClaims(b, parallel, func(ctx context.Context, i int64) error {
 				_, err := js.PublishMsg(ctx, &nats.Msg{Subject: "claims." + strconv.FormatInt(i, 36), Data: data},
 					jetstream.WithExpectLastSequencePerSubject(0))

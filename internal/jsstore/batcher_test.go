@@ -1,4 +1,4 @@
-package natsx_test
+package jsstore_test
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/internal/natsx"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -21,8 +22,8 @@ import (
 // its own answer.
 func TestBatcher(t *testing.T) {
 	t.Parallel()
-	js := orderlytest.JetStream(t, natsx.Fsync{Always: true})
-	b := natsx.NewBatcher(js, 2, 5*time.Second)
+	js := orderlytest.JetStream(t, natsserver.Fsync{Always: true})
+	b := jsstore.NewBatcher(js, 2, 5*time.Second)
 	t.Cleanup(b.Stop)
 	ctx := context.Background()
 	stream, err := js.Stream(ctx, events.EventStream)
@@ -39,7 +40,7 @@ func TestBatcher(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			msg := &nats.Msg{Subject: events.EventSubject(events.KindCreated, "o"+strconv.Itoa(i)), Data: []byte(strconv.Itoa(i))}
-			natsx.SetMsgID(msg, "id-"+strconv.Itoa(i))
+			jsstore.SetMsgID(msg, "id-"+strconv.Itoa(i))
 			acks[i], errs[i] = b.PublishMsg(ctx, msg)
 		}()
 	}
@@ -68,11 +69,11 @@ func TestBatcher(t *testing.T) {
 		err error
 	}
 	dup := &nats.Msg{Subject: events.EventSubject(events.KindCreated, "o0"), Data: []byte("again")}
-	natsx.SetMsgID(dup, "id-0")
+	jsstore.SetMsgID(dup, "id-0")
 	cond := &nats.Msg{Subject: events.EventSubject(events.KindRejected, "o1"), Data: []byte("second event")}
-	natsx.SetExpectLastSubjectSeq(cond, 0, events.OrderSubjects("o1"))
+	jsstore.SetExpectLastSubjectSeq(cond, 0, events.OrderSubjects("o1"))
 	good := &nats.Msg{Subject: events.EventSubject(events.KindCreated, "new"), Data: []byte("new")}
-	natsx.SetExpectLastSubjectSeq(good, 0, events.OrderSubjects("new"))
+	jsstore.SetExpectLastSubjectSeq(good, 0, events.OrderSubjects("new"))
 	results := make([]result, 3)
 	for i, m := range []*nats.Msg{dup, cond, good} {
 		wg.Add(1)
@@ -82,7 +83,7 @@ func TestBatcher(t *testing.T) {
 	if r := results[0]; r.err != nil || !r.ack.Duplicate || r.ack.Sequence != acks[0].Sequence {
 		t.Fatalf("duplicate: %+v %v, want a duplicate ack of sequence %d", r.ack, r.err, acks[0].Sequence)
 	}
-	if r := results[1]; !natsx.IsWrongLastSequence(r.err) {
+	if r := results[1]; !jsstore.IsWrongLastSequence(r.err) {
 		t.Fatalf("broken expectation: %+v %v, want wrong last sequence", r.ack, r.err)
 	}
 	if r := results[2]; r.err != nil || r.ack.Duplicate {

@@ -1,17 +1,40 @@
-package projections
+package idempotency
 
 import (
 	"encoding/json"
-	"net/http"
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
-	"github.com/orderly-dev/orderly/internal/problem"
 )
+
+// OrderStatus is the status of an order as GET /v1/orders/{id} shows it.
+type OrderStatus string
+
+const (
+	// StatusPending: accepted, not decided yet.
+	StatusPending OrderStatus = "pending"
+	// StatusCreated: the order was created.
+	StatusCreated OrderStatus = "created"
+	// StatusRejected: the order was rejected.
+	StatusRejected OrderStatus = "rejected"
+)
+
+// Order is an order as GET /v1/orders/{id} serves it: who owns it, its
+// status, and its JSON representation, which is also the body of the stored
+// 201. It is rendered from the order's event (or its command while pending),
+// not stored.
+type Order struct {
+	// Tenant owns the order; other tenants do not see it.
+	Tenant string
+	// Status is pending, created or rejected.
+	Status OrderStatus
+	// Body is the JSON representation of the order.
+	Body []byte
+}
 
 // OrderView is the JSON representation of an order (GET /v1/orders/{id} and the
 // body of a 201). Rendering is deterministic: the same event gives the same
-// bytes, so a rebuilt read model serves what the live one served.
+// bytes, so a replay, a GET and a rebuilt read model serve the same bytes.
 type OrderView struct {
 	ID         string        `json:"id"`
 	Status     OrderStatus   `json:"status"`
@@ -34,10 +57,7 @@ type Rejection struct {
 	DuplicateOf string `json:"duplicate_of,omitempty"`
 }
 
-// OrderPath is the path of an order's resource.
-func OrderPath(orderID string) string { return "/v1/orders/" + orderID }
-
-func mustJSON(v any) []byte {
+func render(v OrderView) []byte {
 	b, err := json.Marshal(v)
 	if err != nil { // plain data: cannot happen
 		panic(err)
@@ -54,7 +74,7 @@ func sumOrNil(r events.OrderRequest) *int64 {
 
 // PendingOrder renders an accepted order that is not decided yet.
 func PendingOrder(cmd events.CreateOrder, orderID string) Order {
-	return Order{Tenant: cmd.Tenant, Status: StatusPending, Body: mustJSON(OrderView{
+	return Order{Tenant: cmd.Tenant, Status: StatusPending, Body: render(OrderView{
 		ID:         orderID,
 		Status:     StatusPending,
 		CustomerID: cmd.Request.CustomerID,
@@ -69,7 +89,7 @@ func PendingOrder(cmd events.CreateOrder, orderID string) Order {
 func CreatedOrder(e events.OrderCreated) Order {
 	created := e.CreatedAt.UTC()
 	total := e.Total
-	return Order{Tenant: e.Tenant, Status: StatusCreated, Body: mustJSON(OrderView{
+	return Order{Tenant: e.Tenant, Status: StatusCreated, Body: render(OrderView{
 		ID:         e.OrderID,
 		Status:     StatusCreated,
 		CustomerID: e.CustomerID,
@@ -81,23 +101,10 @@ func CreatedOrder(e events.OrderCreated) Order {
 	})}
 }
 
-// CreatedResult is the stored response of a created order: 201 with the order.
-func CreatedResult(e events.OrderCreated, body []byte) Result {
-	return Result{
-		State:       StateCompleted,
-		OrderID:     e.OrderID,
-		Fingerprint: e.RequestFingerprint,
-		Status:      http.StatusCreated,
-		Location:    OrderPath(e.OrderID),
-		ContentType: "application/json",
-		Body:        body,
-	}
-}
-
 // RejectedOrder renders a rejected order.
 func RejectedOrder(e events.OrderRejected) Order {
 	rejected := e.RejectedAt.UTC()
-	return Order{Tenant: e.Tenant, Status: StatusRejected, Body: mustJSON(OrderView{
+	return Order{Tenant: e.Tenant, Status: StatusRejected, Body: render(OrderView{
 		ID:         e.OrderID,
 		Status:     StatusRejected,
 		CustomerID: e.Request.CustomerID,
@@ -108,20 +115,4 @@ func RejectedOrder(e events.OrderRejected) Order {
 		RejectedAt: &rejected,
 		Rejection:  &Rejection{Reason: e.Reason, Detail: e.Detail, DuplicateOf: e.DuplicateOf},
 	})}
-}
-
-// RejectedResult is the stored response of a rejected order: 422 order_rejected.
-func RejectedResult(e events.OrderRejected) Result {
-	p := problem.New(http.StatusUnprocessableEntity, problem.CodeRejected, "Order rejected", e.Detail)
-	p.OrderID = e.OrderID
-	p.Reason = e.Reason
-	return Result{
-		State:       StateCompleted,
-		OrderID:     e.OrderID,
-		Fingerprint: e.RequestFingerprint,
-		Status:      http.StatusUnprocessableEntity,
-		Location:    OrderPath(e.OrderID),
-		ContentType: problem.ContentType,
-		Body:        p.JSON(),
-	}
 }

@@ -1,0 +1,123 @@
+package idempotency_test
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
+)
+
+func TestKeyHashScopesByTenant(t *testing.T) {
+	t.Parallel()
+	if idempotency.KeyHash("a", "k") == idempotency.KeyHash("b", "k") {
+		t.Fatal("same hash for two tenants")
+	}
+	// The separator keeps ("ab", "c") and ("a", "bc") apart.
+	if idempotency.KeyHash("ab", "c") == idempotency.KeyHash("a", "bc") {
+		t.Fatal("tenant and key are not separated")
+	}
+	h := idempotency.KeyHash("default", strings.Repeat("~", 255))
+	if !idempotency.ValidKeyHash(h) || strings.ContainsAny(h, "+/=.") {
+		t.Fatalf("hash %q is not a 43-character base64url token", h)
+	}
+	for _, bad := range []string{"", h[:42], h + "A", strings.Replace(h, h[:1], ".", 1), strings.Replace(h, h[:1], "*", 1), strings.Replace(h, h[:1], ">", 1), strings.Replace(h, h[:1], " ", 1)} {
+		if idempotency.ValidKeyHash(bad) {
+			t.Errorf("ValidKeyHash(%q) = true", bad)
+		}
+	}
+}
+
+func TestFingerprintIsCanonical(t *testing.T) {
+	t.Parallel()
+	total := int64(4990)
+	a := events.OrderRequest{CustomerID: "c-42", Currency: "EUR", Items: []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPrice: 2495}}, Total: &total}
+	b := a
+	b.Total = nil
+	c := a
+	c.Items = []events.Item{{SKU: "SKU-1", Quantity: 3, UnitPrice: 2495}}
+	if idempotency.Fingerprint(a) != idempotency.Fingerprint(a) {
+		t.Fatal("fingerprint is not a function of the request")
+	}
+	if idempotency.Fingerprint(a) == idempotency.Fingerprint(b) || idempotency.Fingerprint(a) == idempotency.Fingerprint(c) {
+		t.Fatal("different requests have the same fingerprint")
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	t.Parallel()
+	body := []byte("{\"id\":\"x\"}\n\x00binary\n")
+	r := idempotency.Record{State: idempotency.StateCompleted, OrderID: "ord_x", Fingerprint: "fp", Status: 201, Location: "/v1/orders/ord_x", ContentType: "application/json", Body: body}
+	got, err := idempotency.Decode(r.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Body, body) || got.Status != 201 || got.Location != r.Location || got.State != idempotency.StateCompleted {
+		t.Fatalf("round trip: %+v", got)
+	}
+	for _, bad := range [][]byte{nil, []byte("{}"), []byte("{\"state\":\"weird\"}\n"), []byte("nope\n")} {
+		if _, err := idempotency.Decode(bad); err == nil {
+			t.Errorf("Decode(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestRecordHeadersAreJSON: the hand-written header decodes to what was
+// encoded, whatever the strings hold.
+func TestRecordHeadersAreJSON(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"plain", `quo"te`, `back\slash`, "ctl\x01\x1f", "ünïcödé", ""} {
+		r := idempotency.Record{State: idempotency.StatePending, OrderID: s, Fingerprint: s, Location: s, ContentType: s, Status: 201, Body: []byte(`{"id":1}`)}
+		gr, err := idempotency.Decode(r.Encode())
+		if err != nil || gr.OrderID != s || gr.Location != s || gr.ContentType != s || gr.Status != 201 || string(gr.Body) != `{"id":1}` {
+			t.Fatalf("record %q: %+v %v", s, gr, err)
+		}
+	}
+}
+
+func TestRecordExpiry(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	r := idempotency.Record{Stored: now.Add(-2 * time.Hour)}
+	if !r.Expired(time.Hour, now) || r.Expired(3*time.Hour, now) || r.Expired(0, now) {
+		t.Fatal("expiry by stored time and TTL")
+	}
+	if (idempotency.Record{}).Expired(time.Hour, now) {
+		t.Fatal("a record of unknown age expired")
+	}
+}
+
+func TestStoredResponses(t *testing.T) {
+	t.Parallel()
+	e := events.OrderCreated{OrderID: "ord_1", RequestFingerprint: "fp", Tenant: "t", Total: 5}
+	c := idempotency.Created(e)
+	if c.Status != http.StatusCreated || c.Location != "/v1/orders/ord_1" || c.ContentType != "application/json" || !c.Completed() ||
+		!bytes.Equal(c.Body, idempotency.CreatedOrder(e).Body) {
+		t.Fatalf("created: %+v", c)
+	}
+	r := idempotency.Rejected(events.OrderRejected{OrderID: "ord_2", Reason: events.ReasonTotalMismatch, Detail: "d", RequestFingerprint: "fp"})
+	if r.Status != http.StatusUnprocessableEntity || r.ContentType != "application/problem+json" ||
+		!bytes.Contains(r.Body, []byte(`"code":"order_rejected"`)) || !bytes.Contains(r.Body, []byte(`"reason":"total_mismatch"`)) {
+		t.Fatalf("rejected: %+v %s", r, r.Body)
+	}
+}
+
+// Run: go test -run '^$' -bench . ./idempotency/
+func BenchmarkFingerprint(b *testing.B) {
+	total := int64(5090)
+	req := events.OrderRequest{CustomerID: "c-42", Currency: "EUR", Items: []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPrice: 2495}, {SKU: "SKU-2", Quantity: 1, UnitPrice: 100}}, Total: &total}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = idempotency.Fingerprint(req)
+	}
+}
+
+func BenchmarkKeyHash(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = idempotency.KeyHash("default", "7c9e6679-7425-40de-944b-e07fc1f90ae7")
+	}
+}

@@ -1,0 +1,335 @@
+// Package hub is an API process's view of decisions: it follows the stored
+// results (one watch of ORDER_RESULTS) and, while anyone long-polls, the
+// decisions (one headers-only consumer of ORDER_EVENTS), and fans every update
+// out to the requests waiting for that key or order: one server consumer each
+// per process, whatever the number of waiters. It also keeps the most recently
+// completed results in memory, so that replays of fresh keys cost no round
+// trip.
+//
+// It talks to NATS only through ResultFeed and DecisionFeed (internal/jsstore
+// implements both) and must not import NATS, the HTTP layer or the use cases.
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderly-dev/orderly/idempotency"
+)
+
+// ResultFeed delivers every record stored after Watch returns, in order, from
+// one goroutine, until stop; bad receives records it cannot decode.
+type ResultFeed interface {
+	Watch(ctx context.Context, f func(key string, rec idempotency.Record), bad func(key string, err error)) (stop func(), err error)
+}
+
+// DecisionFeed calls f with the order ID of every decision stored after
+// FollowDecisions returns, until stop.
+type DecisionFeed interface {
+	FollowDecisions(ctx context.Context, f func(orderID string)) (stop func(), err error)
+}
+
+// Config configures a Hub. Zero fields take defaults.
+type Config struct {
+	// CacheSize is how many completed results are kept in memory; 0 disables
+	// the cache (default 0).
+	CacheSize int
+	// ResultTTL is how long a result answers retries; a cached result older
+	// than that is not served. Required.
+	ResultTTL time.Duration
+	// EventsIdle is how long the decision feed outlives the last order waiter
+	// (default 30s).
+	EventsIdle time.Duration
+	// FollowTimeout bounds starting the decision feed (default 5s).
+	FollowTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.EventsIdle == 0 {
+		c.EventsIdle = 30 * time.Second
+	}
+	if c.FollowTimeout == 0 {
+		c.FollowTimeout = 5 * time.Second
+	}
+}
+
+// Validate reports every problem with c; zero fields count as their defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if c.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("hub: cache size must not be negative, got %d", c.CacheSize))
+	}
+	if c.ResultTTL <= 0 {
+		errs = append(errs, fmt.Errorf("hub: result TTL must be positive, got %s", c.ResultTTL))
+	}
+	if c.EventsIdle < 0 || c.FollowTimeout < 0 {
+		errs = append(errs, errors.New("hub: durations must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Hub is the view. Start it, Stop it.
+type Hub struct {
+	cfg       Config
+	results   ResultFeed
+	decisions DecisionFeed
+	logger    *slog.Logger
+	waitingR  fanout[idempotency.Record]
+	waitingO  fanout[struct{}]
+	cache     *lru.Cache[string, idempotency.Record]
+	now       func() time.Time
+
+	ctx      context.Context
+	stopAll  func()
+	evMu     sync.Mutex
+	stopDecs func() // nil while nobody long-polls
+	idle     *time.Timer
+}
+
+// New returns a hub over the feeds. reg receives the orderly_waiters gauge.
+func New(cfg Config, results ResultFeed, decisions DecisionFeed, reg prometheus.Registerer, logger *slog.Logger) (*Hub, error) {
+	cfg.setDefaults()
+	errs := []error{cfg.Validate()}
+	if results == nil || decisions == nil || reg == nil || logger == nil {
+		errs = append(errs, errors.New("hub: nil dependency"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	h := &Hub{cfg: cfg, results: results, decisions: decisions, logger: logger.With("component", "hub"), now: time.Now}
+	if cfg.CacheSize > 0 {
+		c, err := lru.New[string, idempotency.Record](cfg.CacheSize)
+		if err != nil {
+			return nil, err
+		}
+		h.cache = c
+	}
+	err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "orderly_waiters",
+		Help: "Requests waiting for a decision (POST) or a change (GET ?wait=).",
+	}, func() float64 { return float64(h.Waiters()) }))
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Start opens the watch of the results. Every record stored after Start
+// returns reaches the waiters registered at that time.
+//
+// The decision feed that wakes long polls starts with the first order waiter
+// and stops after Config.EventsIdle without one: a process nobody long-polls
+// does not receive every event.
+func (h *Hub) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop, err := h.results.Watch(ctx, h.applyResult, func(key string, err error) {
+		h.logger.Error("undecodable result", "key", key, "err", err)
+	})
+	if err != nil {
+		cancel()
+		return err
+	}
+	h.ctx = ctx
+	h.stopAll = func() {
+		cancel()
+		stop()
+		h.evMu.Lock()
+		if h.stopDecs != nil {
+			h.stopDecs()
+			h.stopDecs = nil
+		}
+		if h.idle != nil {
+			h.idle.Stop()
+		}
+		h.evMu.Unlock()
+	}
+	return nil
+}
+
+// Stop ends the feeds.
+func (h *Hub) Stop() {
+	if h.stopAll != nil {
+		h.stopAll()
+	}
+}
+
+// followDecisions starts the decision feed if it is not running. It returns
+// once the feed runs, so every decision stored afterwards is seen.
+func (h *Hub) followDecisions() error {
+	h.evMu.Lock()
+	defer h.evMu.Unlock()
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
+	}
+	if h.stopDecs != nil || h.ctx == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, h.cfg.FollowTimeout)
+	defer cancel()
+	stop, err := h.decisions.FollowDecisions(ctx, func(orderID string) { h.waitingO.publish(orderID, struct{}{}) })
+	if err != nil {
+		return err
+	}
+	h.stopDecs = stop
+	return nil
+}
+
+// releaseDecisions stops the decision feed once no order waiter is left for
+// the idle time.
+func (h *Hub) releaseDecisions() {
+	if h.waitingO.count() > 0 {
+		return
+	}
+	h.evMu.Lock()
+	defer h.evMu.Unlock()
+	if h.stopDecs == nil || h.idle != nil {
+		return
+	}
+	h.idle = time.AfterFunc(h.cfg.EventsIdle, func() {
+		h.evMu.Lock()
+		defer h.evMu.Unlock()
+		if h.waitingO.count() == 0 && h.stopDecs != nil {
+			h.stopDecs()
+			h.stopDecs = nil
+		}
+		h.idle = nil
+	})
+}
+
+// following reports whether the decision feed runs (for tests).
+func (h *Hub) following() bool {
+	h.evMu.Lock()
+	defer h.evMu.Unlock()
+	return h.stopDecs != nil
+}
+
+// applyResult caches a completed record and wakes the key's waiters.
+func (h *Hub) applyResult(key string, r idempotency.Record) {
+	if r.Completed() {
+		h.Remember(key, r)
+	} else if h.cache != nil {
+		h.cache.Remove(key)
+	}
+	h.waitingR.publish(key, r)
+}
+
+// CachedResult returns the cached completed record of key, if it is still live.
+// A completed record never changes until it expires, so a cached one is as
+// good as a stored one until then.
+func (h *Hub) CachedResult(key string) (idempotency.Record, bool) {
+	if h.cache == nil {
+		return idempotency.Record{}, false
+	}
+	r, ok := h.cache.Get(key)
+	if !ok {
+		return idempotency.Record{}, false
+	}
+	if r.Expired(h.cfg.ResultTTL, h.now()) {
+		h.cache.Remove(key)
+		return idempotency.Record{}, false
+	}
+	return r, true
+}
+
+// Remember caches a completed record read from the store.
+func (h *Hub) Remember(key string, r idempotency.Record) {
+	if h.cache != nil && r.Completed() {
+		h.cache.Add(key, r)
+	}
+}
+
+// WatchResult registers a waiter for the records of key stored from now on.
+// C holds the latest record not yet read; cancel unregisters.
+func (h *Hub) WatchResult(key string) (c <-chan idempotency.Record, cancel func()) {
+	s := h.waitingR.subscribe(key)
+	return s.c, s.close
+}
+
+// WatchOrder registers a waiter for the decision of orderID: C receives a
+// value when the order's event is stored; cancel unregisters. When the
+// decision feed cannot be started (NATS is away) the waiter is registered
+// anyway and the caller's deadline ends the wait.
+func (h *Hub) WatchOrder(orderID string) (c <-chan struct{}, cancel func()) {
+	s := h.waitingO.subscribe(orderID)
+	if err := h.followDecisions(); err != nil {
+		h.logger.Warn("long polls wait for their deadline", "err", err)
+	}
+	return s.c, func() { s.close(); h.releaseDecisions() }
+}
+
+// Waiters is the number of registered waiters.
+func (h *Hub) Waiters() int { return h.waitingR.count() + h.waitingO.count() }
+
+// sub receives the updates of one key. c holds the latest update not yet
+// read: a waiter that is slow misses intermediate values, never the last one.
+type sub[V any] struct {
+	c   chan V
+	key string
+	f   *fanout[V]
+}
+
+func (s *sub[V]) close() { s.f.unsubscribe(s) }
+
+type fanout[V any] struct {
+	mu   sync.Mutex
+	subs map[string][]*sub[V]
+	n    int
+}
+
+func (f *fanout[V]) subscribe(key string) *sub[V] {
+	s := &sub[V]{c: make(chan V, 1), key: key, f: f}
+	f.mu.Lock()
+	if f.subs == nil {
+		f.subs = make(map[string][]*sub[V])
+	}
+	f.subs[key] = append(f.subs[key], s)
+	f.n++
+	f.mu.Unlock()
+	return s
+}
+
+func (f *fanout[V]) unsubscribe(s *sub[V]) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	list := f.subs[s.key]
+	for i, x := range list {
+		if x == s {
+			list[i] = list[len(list)-1]
+			list = list[:len(list)-1]
+			f.n--
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(f.subs, s.key)
+	} else {
+		f.subs[s.key] = list
+	}
+}
+
+func (f *fanout[V]) publish(key string, v V) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.subs[key] {
+		select { // keep only the latest value
+		case <-s.c:
+		default:
+		}
+		s.c <- v
+	}
+}
+
+func (f *fanout[V]) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}

@@ -1,0 +1,210 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderly-dev/orderly/idempotency"
+)
+
+// fakeFeeds is an in-memory ResultFeed and DecisionFeed.
+type fakeFeeds struct {
+	mu        sync.Mutex
+	results   func(string, idempotency.Record)
+	decisions func(string)
+	follows   int
+	failStart error
+}
+
+func (f *fakeFeeds) Watch(_ context.Context, fn func(string, idempotency.Record), _ func(string, error)) (func(), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.results = fn
+	return func() {}, nil
+}
+
+func (f *fakeFeeds) FollowDecisions(_ context.Context, fn func(string)) (func(), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failStart != nil {
+		return nil, f.failStart
+	}
+	f.follows++
+	f.decisions = fn
+	return func() {
+		f.mu.Lock()
+		f.decisions = nil
+		f.mu.Unlock()
+	}, nil
+}
+
+func (f *fakeFeeds) decide(orderID string) {
+	f.mu.Lock()
+	fn := f.decisions
+	f.mu.Unlock()
+	if fn != nil {
+		fn(orderID)
+	}
+}
+
+func newHub(t *testing.T, cfg Config, feeds *fakeFeeds) *Hub {
+	t.Helper()
+	h, err := New(cfg, feeds, feeds, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	return h
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Config{CacheSize: -1}, &fakeFeeds{}, &fakeFeeds{}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("negative cache size and no TTL accepted")
+	}
+	if _, err := New(Config{ResultTTL: time.Hour}, nil, &fakeFeeds{}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("nil feed accepted")
+	}
+}
+
+// TestWaitersGetResultsOfTheirKey: a waiter of a key gets the records stored
+// for it, completed records are cached, pending ones drop the cache entry.
+func TestWaitersGetResultsOfTheirKey(t *testing.T) {
+	t.Parallel()
+	feeds := &fakeFeeds{}
+	h := newHub(t, Config{CacheSize: 10, ResultTTL: time.Hour}, feeds)
+	c, cancel := h.WatchResult("k")
+	other, cancelOther := h.WatchResult("other")
+	if h.Waiters() != 2 {
+		t.Fatalf("%d waiters", h.Waiters())
+	}
+	done := idempotency.Record{State: idempotency.StateCompleted, OrderID: "o", Status: 201, Stored: time.Now()}
+	feeds.results("k", done)
+	select {
+	case r := <-c:
+		if r.OrderID != "o" {
+			t.Fatalf("got %+v", r)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the waiter was not woken")
+	}
+	select {
+	case r := <-other:
+		t.Fatalf("a waiter of another key got %+v", r)
+	default:
+	}
+	if r, ok := h.CachedResult("k"); !ok || r.OrderID != "o" {
+		t.Fatal("completed record not cached")
+	}
+	feeds.results("k", idempotency.Pending("o2", "fp"))
+	if _, ok := h.CachedResult("k"); ok {
+		t.Fatal("a pending record left the old completed one in the cache")
+	}
+	cancel()
+	cancelOther()
+	if h.Waiters() != 0 {
+		t.Fatalf("%d waiters after cancel", h.Waiters())
+	}
+}
+
+func TestCacheHonoursTTL(t *testing.T) {
+	t.Parallel()
+	h := newHub(t, Config{CacheSize: 10, ResultTTL: time.Minute}, &fakeFeeds{})
+	now := time.Now()
+	h.now = func() time.Time { return now }
+	h.Remember("fresh", idempotency.Record{State: idempotency.StateCompleted, Stored: now.Add(-59 * time.Second)})
+	h.Remember("old", idempotency.Record{State: idempotency.StateCompleted, Stored: now.Add(-61 * time.Second)})
+	h.Remember("pending", idempotency.Pending("o", "fp"))
+	if _, ok := h.CachedResult("fresh"); !ok {
+		t.Fatal("fresh result not served")
+	}
+	if _, ok := h.CachedResult("old"); ok {
+		t.Fatal("expired result served")
+	}
+	if _, ok := h.CachedResult("pending"); ok {
+		t.Fatal("pending record cached")
+	}
+}
+
+// TestDecisionFeedRunsOnlyWhileWaited: the decision feed starts with the first
+// order waiter, wakes it, and stops once no waiter is left for the idle time.
+func TestDecisionFeedRunsOnlyWhileWaited(t *testing.T) {
+	t.Parallel()
+	feeds := &fakeFeeds{}
+	h := newHub(t, Config{ResultTTL: time.Hour, EventsIdle: 50 * time.Millisecond}, feeds)
+	if h.following() {
+		t.Fatal("following decisions before anyone waits")
+	}
+	c, cancel := h.WatchOrder("ord_1")
+	c2, cancel2 := h.WatchOrder("ord_1")
+	if !h.following() || feeds.follows != 1 {
+		t.Fatalf("following %v with %d feeds, want one feed for all waiters", h.following(), feeds.follows)
+	}
+	feeds.decide("ord_1")
+	for _, ch := range []<-chan struct{}{c, c2} {
+		select {
+		case <-ch:
+		case <-time.After(time.Second):
+			t.Fatal("a waiter was not woken by the decision")
+		}
+	}
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	if !h.following() {
+		t.Fatal("the feed stopped while an order waiter is left")
+	}
+	cancel2()
+	deadline := time.Now().Add(5 * time.Second)
+	for h.following() {
+		if time.Now().After(deadline) {
+			t.Fatal("the decision feed did not stop when idle")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOrderWaitersSurviveAFeedFailure: without NATS the waiter still registers
+// and the caller's deadline ends its wait.
+func TestOrderWaitersSurviveAFeedFailure(t *testing.T) {
+	t.Parallel()
+	h := newHub(t, Config{ResultTTL: time.Hour}, &fakeFeeds{failStart: errors.New("no NATS")})
+	c, cancel := h.WatchOrder("ord_1")
+	defer cancel()
+	if c == nil || h.Waiters() != 1 {
+		t.Fatal("waiter not registered")
+	}
+}
+
+func TestFanoutKeepsLatest(t *testing.T) {
+	t.Parallel()
+	var f fanout[int]
+	s := f.subscribe("k")
+	other := f.subscribe("other")
+	f.publish("k", 1)
+	f.publish("k", 2) // the waiter has not read 1: it gets 2
+	if v := <-s.c; v != 2 {
+		t.Fatalf("got %d, want the latest value 2", v)
+	}
+	select {
+	case v := <-other.c:
+		t.Fatalf("a waiter of another key got %d", v)
+	default:
+	}
+	if f.count() != 2 {
+		t.Fatalf("count %d", f.count())
+	}
+	s.close()
+	other.close()
+	if f.count() != 0 || len(f.subs) != 0 {
+		t.Fatalf("after close: count %d, %d keys", f.count(), len(f.subs))
+	}
+}

@@ -1,0 +1,91 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	gojson "github.com/goccy/go-json"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+)
+
+// Commands is ORDER_COMMANDS as the API uses it. It is safe for concurrent use.
+type Commands struct {
+	pub    Publisher
+	stream jetstream.Stream
+}
+
+// OpenCommands binds to the stream, which must exist (Topology.Ensure).
+// Commands are published through pub (js itself, or a Batcher).
+func OpenCommands(ctx context.Context, js jetstream.JetStream, pub Publisher) (*Commands, error) {
+	s, err := js.Stream(ctx, events.CommandStream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", events.CommandStream, err)
+	}
+	return &Commands{pub: pub, stream: s}, nil
+}
+
+// Publish stores cmd with Nats-Msg-Id = cmd.KeyHash and returns its stream
+// sequence; for a duplicate inside the window, the original's sequence.
+func (c *Commands) Publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate bool, err error) {
+	data, err := gojson.Marshal(cmd)
+	if err != nil {
+		return 0, false, err
+	}
+	msg := &nats.Msg{Subject: events.CommandSubject, Data: data}
+	SetMsgID(msg, cmd.KeyHash)
+	ack, err := c.pub.PublishMsg(ctx, msg)
+	// On a replicated stream a duplicate racing its original is refused while
+	// the original is being stored; a moment later it is acked as the duplicate
+	// it is, with the original's sequence.
+	for wait := 2 * time.Millisecond; IsDuplicateInProcess(err); wait = min(2*wait, 100*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return 0, false, err
+		case <-time.After(wait):
+		}
+		ack, err = c.pub.PublishMsg(ctx, msg)
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return ack.Sequence, ack.Duplicate, nil
+}
+
+// Command reads the command stored at seq; jetstream.ErrMsgNotFound when
+// there is none.
+func (c *Commands) Command(ctx context.Context, seq uint64) (events.CreateOrder, error) {
+	m, err := c.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return events.CreateOrder{}, err
+	}
+	if m.Subject != events.CommandSubject {
+		return events.CreateOrder{}, jetstream.ErrMsgNotFound
+	}
+	var cmd events.CreateOrder
+	if err := gojson.Unmarshal(m.Data, &cmd); err != nil {
+		return events.CreateOrder{}, fmt.Errorf("command at %d: %w", seq, err)
+	}
+	return cmd, nil
+}
+
+// FindCommand reads the command of orderID: the one stored at the sequence the
+// ID names, if its nonce matches. ok is false when there is none.
+func (c *Commands) FindCommand(ctx context.Context, orderID string) (cmd events.CreateOrder, ok bool, err error) {
+	seq, nonce, valid := events.ParseOrderID(orderID)
+	if !valid {
+		return events.CreateOrder{}, false, nil
+	}
+	cmd, err = c.Command(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return events.CreateOrder{}, false, nil
+	}
+	if err != nil {
+		return events.CreateOrder{}, false, err
+	}
+	return cmd, cmd.Nonce == nonce, nil
+}

@@ -1,0 +1,83 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// errCodeDuplicateInProcess is "duplicate message id is in process": on a
+// replicated stream, a message whose ID matches one that is being stored right
+// now, before the original's ack.
+const errCodeDuplicateInProcess = 10158
+
+// IsDuplicateInProcess reports whether err says that a message with the same
+// ID is being stored at this moment (replicated streams only). Publishing again
+// a moment later gets the duplicate ack, with the original's sequence.
+func IsDuplicateInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess
+}
+
+// IsWrongLastSequence reports whether err is the server refusing a publish whose
+// expected last (subject) sequence did not match: 10071 on a standalone stream,
+// 10164 on a replicated one.
+func IsWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// JetStream error codes of faults of the store or the cluster: the request
+// was fine, the store could not take it now.
+var unavailableCodes = map[jetstream.ErrorCode]bool{
+	10004: true, // cluster incomplete results
+	10005: true, // no suitable peers for placement (a cluster still forming)
+	10008: true, // JetStream system temporarily unavailable
+	10009: true, // cluster can not handle request (no leader)
+	10023: true, // insufficient resources
+	10028: true, // insufficient memory resources
+	10047: true, // insufficient storage resources
+	10077: true, // stream store failed (write error, no space, max bytes)
+	10118: true, // stream is offline
+	10119: true, // consumer is offline
+	10163: true, // expected last sequence per subject temporarily unavailable
+	10194: true, // stream is offline: reason
+	10195: true, // consumer is offline: reason
+}
+
+// IsUnavailable reports whether err is a fault of NATS rather than of the
+// request: the connection is down or closed, a call timed out, nobody answered
+// (no leader, no stream), or the store refused the write for want of space or
+// after a write error. Such a call may succeed later unchanged; it says
+// nothing about the message that was being handled.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return unavailableCodes[apiErr.ErrorCode] || apiErr.Code == 503
+	}
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrConnectionDraining) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrNoServers) ||
+		errors.Is(err, nats.ErrStaleConnection) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.As(err, &netErr)
+}

@@ -1,0 +1,159 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
+)
+
+// Results is the ORDER_RESULTS bucket: hashed key -> idempotency.Record. It is
+// safe for concurrent use.
+type Results struct {
+	pub Publisher
+	kv  jetstream.KeyValue
+	ttl time.Duration
+}
+
+// resultsSubject prefixes the subjects of the bucket's values.
+const resultsSubject = "$KV." + events.ResultsBucket + "."
+
+// OpenResults binds to the bucket, which must exist (Topology.Ensure). Writes
+// go through pub (js itself, or a Batcher).
+func OpenResults(ctx context.Context, js jetstream.JetStream, pub Publisher) (*Results, error) {
+	kv, err := js.KeyValue(ctx, events.ResultsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
+	}
+	return &Results{pub: pub, kv: kv, ttl: st.TTL()}, nil
+}
+
+// TTL is the bucket's time to live: how long a record answers retries.
+func (r *Results) TTL() time.Duration { return r.ttl }
+
+// Get returns the record of key; ok is false when the key has none.
+func (r *Results) Get(ctx context.Context, key string) (rec idempotency.Record, ok bool, err error) {
+	e, err := r.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return idempotency.Record{}, false, nil
+	}
+	if err != nil {
+		return idempotency.Record{}, false, err
+	}
+	return decodeEntry(e)
+}
+
+func decodeEntry(e jetstream.KeyValueEntry) (idempotency.Record, bool, error) {
+	rec, err := idempotency.Decode(e.Value())
+	if err != nil {
+		return idempotency.Record{}, false, fmt.Errorf("key %s: %w", e.Key(), err)
+	}
+	rec.Stored = e.Created()
+	return rec, true, nil
+}
+
+// Claim atomically creates key with claim when the key has no record (first
+// writer wins). When it has one, Claim returns it with won false.
+//
+// It is one publish with an expected last subject sequence of 0 (what a KV
+// Create does, without the extra read nats.go's Create makes on a conflict);
+// a conflict costs one read of the holder.
+func (r *Results) Claim(ctx context.Context, key string, claim idempotency.Record) (existing idempotency.Record, won bool, err error) {
+	msg := &nats.Msg{Subject: resultsSubject + key, Data: claim.Encode()}
+	SetExpectLastSubjectSeq(msg, 0, "")
+	_, err = r.pub.PublishMsg(ctx, msg)
+	if err == nil {
+		return claim, true, nil
+	}
+	if !IsWrongLastSequence(err) {
+		return idempotency.Record{}, false, err
+	}
+	existing, ok, err := r.Get(ctx, key)
+	if err != nil || ok {
+		return existing, false, err
+	}
+	// The key's last message is a delete marker (deleted by hand, or expired in
+	// between): the KV Create takes over such a key atomically.
+	if _, err := r.kv.Create(ctx, key, claim.Encode()); err == nil {
+		return claim, true, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return idempotency.Record{}, false, err
+	}
+	existing, ok, err = r.Get(ctx, key)
+	if err == nil && !ok {
+		err = fmt.Errorf("claim %s: the key keeps changing", key)
+	}
+	return existing, false, err
+}
+
+// Save writes rec under key. Writing the same value again is harmless.
+func (r *Results) Save(ctx context.Context, key string, rec idempotency.Record) error {
+	_, err := r.pub.PublishMsg(ctx, &nats.Msg{Subject: resultsSubject + key, Data: rec.Encode()})
+	return err
+}
+
+// Purge removes key and its history.
+func (r *Results) Purge(ctx context.Context, key string) error {
+	return r.kv.Purge(ctx, key)
+}
+
+// Watch calls f with every record stored after Watch returns, in order, from
+// one goroutine, until stop (one server consumer whatever f does with them).
+// Records that cannot be decoded are passed to bad.
+func (r *Results) Watch(ctx context.Context, f func(key string, rec idempotency.Record), bad func(key string, err error)) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := r.kv.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("watch %s: %w", r.kv.Bucket(), err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			rec, _, err := decodeEntry(e)
+			if err != nil {
+				bad(e.Key(), err)
+				continue
+			}
+			f(e.Key(), rec)
+		}
+	}()
+	return func() { cancel(); _ = w.Stop(); <-done }, nil
+}
+
+// Snapshot calls f with every current record (one watch, no per-key reads).
+func (r *Results) Snapshot(ctx context.Context, f func(key string, value []byte)) error {
+	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("read %s: %w", r.kv.Bucket(), err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("read %s: watch closed", r.kv.Bucket())
+			}
+			if e == nil { // all current values delivered
+				return nil
+			}
+			f(e.Key(), e.Value())
+		}
+	}
+}

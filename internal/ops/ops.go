@@ -1,0 +1,150 @@
+// Package ops serves the operational endpoints of every orderly process:
+// GET /healthz (liveness), GET /readyz (readiness, with a JSON body naming
+// each check) and GET /metrics (Prometheus), HEAD wherever GET is served.
+// The API mounts the same handler, so every process answers them alike.
+//
+// It must not import NATS or the components it checks: checks are functions.
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orderly-dev/orderly/internal/problem"
+)
+
+// Check is one readiness check: nil when the process can do that part of its
+// job now.
+type Check struct {
+	// Name names the check in the /readyz body, such as "nats".
+	Name string
+	// Run runs the check within ctx's deadline.
+	Run func(ctx context.Context) error
+}
+
+// Config configures the handler. Zero fields take defaults.
+type Config struct {
+	// CheckTimeout bounds all readiness checks together (default 2s).
+	CheckTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = 2 * time.Second
+	}
+}
+
+// Validate reports every problem with c; zero fields count as their defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	if c.CheckTimeout <= 0 {
+		return fmt.Errorf("ops: check timeout must be positive, got %s", c.CheckTimeout)
+	}
+	return nil
+}
+
+// Paths served by Handler.
+const (
+	HealthzPath = "/healthz"
+	ReadyzPath  = "/readyz"
+	MetricsPath = "/metrics"
+)
+
+// Handler serves the operational endpoints.
+type Handler struct {
+	cfg     Config
+	checks  []Check
+	metrics http.Handler
+	mux     *http.ServeMux
+}
+
+// NewHandler returns the handler; gatherer is what /metrics serves.
+func NewHandler(cfg Config, checks []Check, gatherer prometheus.Gatherer) (*Handler, error) {
+	cfg.setDefaults()
+	errs := []error{cfg.Validate()}
+	if gatherer == nil {
+		errs = append(errs, errors.New("ops: nil gatherer"))
+	}
+	for _, c := range checks {
+		if c.Name == "" || c.Run == nil {
+			errs = append(errs, errors.New("ops: a check needs a name and a function"))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, checks: checks, metrics: promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}), mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET "+HealthzPath, h.healthz) // GET patterns match HEAD too
+	h.mux.HandleFunc("GET "+ReadyzPath, h.readyz)
+	h.mux.Handle("GET "+MetricsPath, h.metrics)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "Not found", "no resource at "+r.URL.Path))
+	})
+	return h, nil
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+// Ready runs every check at once and returns each one's result ("ok" or the
+// error) and whether all passed.
+func (h *Handler) Ready(ctx context.Context) (map[string]string, bool) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.CheckTimeout)
+	defer cancel()
+	results := make(map[string]string, len(h.checks))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	ok := true
+	for _, c := range h.checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.Run(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				results[c.Name] = err.Error()
+				ok = false
+				return
+			}
+			results[c.Name] = "ok"
+		}()
+	}
+	wg.Wait()
+	return results, ok
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	results, ok := h.Ready(r.Context())
+	if !ok {
+		p := problem.New(http.StatusServiceUnavailable, problem.CodeNotReady, "Not ready", "a readiness check failed; see checks")
+		p.Checks = results
+		w.Header().Set("Retry-After", "1")
+		write(w, p)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}{"ready", results})
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func write(w http.ResponseWriter, p *problem.Problem) {
+	w.Header().Set("Content-Type", problem.ContentType)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(p.JSON())
+}

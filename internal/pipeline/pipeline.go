@@ -1,0 +1,467 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderly-dev/orderly/internal/jsstore"
+)
+
+// Delivery is one delivery of a message, as a handler sees it.
+type Delivery struct {
+	// Stream and Seq are the message's stream and its sequence there.
+	Stream string
+	Seq    uint64
+	// Subject, Header and Data are the message as stored.
+	Subject string
+	Header  nats.Header
+	Data    []byte
+	// Delivered counts the deliveries of the message, 1 the first time.
+	Delivered int
+
+	msg     jetstream.Msg
+	settled atomic.Bool
+}
+
+// Handler is what a pipeline runs. Handle is required; GiveUp is optional.
+type Handler struct {
+	// Handle handles one delivery; see the package comment for what its
+	// error means. It must be idempotent.
+	Handle func(ctx context.Context, d *Delivery) error
+	// GiveUp runs before a message that cannot be handled is dead-lettered,
+	// with the cause; it records what the failure means (and must be
+	// idempotent). An error keeps the message: the give-up is tried again.
+	GiveUp func(ctx context.Context, d *Delivery, cause error) error
+}
+
+// Backoff spaces retries: Base after the first, doubling up to Max.
+type Backoff struct{ Base, Max time.Duration }
+
+// Delay is the wait after the n-th failure (n >= 1).
+func (b Backoff) Delay(n int) time.Duration {
+	d := b.Base
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	return min(d, b.Max)
+}
+
+// Config configures a pipeline. Zero fields take the defaults of setDefaults.
+type Config struct {
+	// Name names the pipeline in logs and metrics, such as "processor".
+	Name string
+	// Stream and Consumer name the durable pull consumer; it must exist, with
+	// explicit acks and no bound on deliveries.
+	Stream, Consumer string
+	// Concurrency is how many messages are handled at once (default 16).
+	Concurrency int
+	// MaxAttempts is the delivery on which a message whose handler keeps
+	// failing is given up; 0 never gives up (it is retried for ever).
+	MaxAttempts int
+	// Backoff spaces the redeliveries after handler failures (default 100ms
+	// doubling to 5s).
+	Backoff Backoff
+	// FaultBackoff spaces the retries of a message held during an
+	// infrastructure fault (default 100ms doubling to 5s).
+	FaultBackoff Backoff
+	// Timeout bounds one attempt of the handler, and each write of a give-up
+	// (default 5s). It must be shorter than the consumer's ack wait.
+	Timeout time.Duration
+	// DeadLetterSubject receives the messages given up; required when
+	// MaxAttempts > 0.
+	DeadLetterSubject string
+	// CloseTimeout bounds how long Close waits for messages in hand (default 30s).
+	CloseTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.Backoff == (Backoff{}) {
+		c.Backoff = Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+	}
+	if c.FaultBackoff == (Backoff{}) {
+		c.FaultBackoff = Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Second
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = 30 * time.Second
+	}
+}
+
+// Validate reports every problem with c; zero fields count as their defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("pipeline: name is required"))
+	}
+	if c.Stream == "" || c.Consumer == "" {
+		errs = append(errs, errors.New("pipeline: stream and consumer are required"))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("pipeline %s: concurrency must be at least 1, got %d", c.Name, c.Concurrency))
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("pipeline %s: max attempts must not be negative, got %d", c.Name, c.MaxAttempts))
+	}
+	if c.MaxAttempts > 0 && c.DeadLetterSubject == "" {
+		errs = append(errs, fmt.Errorf("pipeline %s: a dead-letter subject is required to give up after %d attempts", c.Name, c.MaxAttempts))
+	}
+	for _, b := range []Backoff{c.Backoff, c.FaultBackoff} {
+		if b.Base <= 0 || b.Max < b.Base {
+			errs = append(errs, fmt.Errorf("pipeline %s: backoff %v: base must be positive and at most max", c.Name, b))
+		}
+	}
+	if c.Timeout <= 0 || c.CloseTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("pipeline %s: timeouts must be positive", c.Name))
+	}
+	return errors.Join(errs...)
+}
+
+// Pipeline is a running consumer. Run it once; Close stops it.
+type Pipeline struct {
+	cfg     Config
+	js      jetstream.JetStream
+	h       Handler
+	logger  *slog.Logger
+	router  *message.Router
+	workers *workers
+	m       *metrics
+
+	ackWait time.Duration // the consumer's, read at Run
+	closing chan struct{}
+	once    sync.Once
+	held    atomic.Int64 // deliveries held during an infrastructure fault
+	sub     *subscriber
+}
+
+// New builds a pipeline that consumes through js. reg receives its metrics
+// (labelled with the pipeline's name).
+func New(cfg Config, js jetstream.JetStream, h Handler, reg prometheus.Registerer, logger *slog.Logger) (*Pipeline, error) {
+	cfg.setDefaults()
+	var errs []error
+	errs = append(errs, cfg.Validate())
+	if js == nil || h.Handle == nil || reg == nil || logger == nil {
+		errs = append(errs, fmt.Errorf("pipeline %s: nil dependency", cfg.Name))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	logger = logger.With("component", cfg.Name)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, wmLogger(logger))
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(reg, cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{cfg: cfg, js: js, h: h, logger: logger, router: router, m: m,
+		workers: newWorkers(cfg.Concurrency), closing: make(chan struct{})}
+	// The policy is outermost; each attempt runs on a worker, where the
+	// Recoverer turns a panic into an error that the policy sees.
+	router.AddMiddleware(p.policy, p.workers.middleware, middleware.Recoverer)
+	return p, nil
+}
+
+// wmLogger adapts logger for watermill, with its per-message info logs
+// lowered to debug.
+func wmLogger(logger *slog.Logger) watermill.LoggerAdapter {
+	return watermill.NewSlogLoggerWithLevelMapping(logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+}
+
+// Run consumes until Close. It returns once the router stopped; an error when
+// the consumer is missing or would let the server drop messages.
+func (p *Pipeline) Run(ctx context.Context) error {
+	cons, err := p.js.Consumer(ctx, p.cfg.Stream, p.cfg.Consumer)
+	if err != nil {
+		return fmt.Errorf("pipeline %s: consumer %s on %s: %w", p.cfg.Name, p.cfg.Consumer, p.cfg.Stream, err)
+	}
+	cc := cons.CachedInfo().Config
+	if cc.MaxDeliver > 0 {
+		return fmt.Errorf("pipeline %s: consumer %s bounds deliveries to %d: the server would move past failing messages; orderly's topology sets -1",
+			p.cfg.Name, p.cfg.Consumer, cc.MaxDeliver)
+	}
+	if cc.AckPolicy != jetstream.AckExplicitPolicy {
+		return fmt.Errorf("pipeline %s: consumer %s must ack explicitly", p.cfg.Name, p.cfg.Consumer)
+	}
+	if p.cfg.Timeout >= cc.AckWait {
+		return fmt.Errorf("pipeline %s: timeout %s must be shorter than the consumer's ack wait %s", p.cfg.Name, p.cfg.Timeout, cc.AckWait)
+	}
+	p.ackWait = cc.AckWait
+	p.sub = &subscriber{p: p, cons: cons, done: make(chan struct{})}
+	p.router.AddConsumerHandler(p.cfg.Name, p.cfg.Stream, p.sub, p.handle)
+	return p.router.Run(ctx)
+}
+
+// Running is closed once the pipeline consumes.
+func (p *Pipeline) Running() <-chan struct{} { return p.router.Running() }
+
+// Close stops fetching, hands back what was fetched and not handled, ends the
+// holds (their messages are naked for redelivery), waits up to CloseTimeout
+// for the messages in hand, and stops the workers.
+func (p *Pipeline) Close() error {
+	p.once.Do(func() { close(p.closing) })
+	err := p.router.Close()
+	p.workers.stop()
+	return err
+}
+
+// Held is the number of messages held during an infrastructure fault.
+func (p *Pipeline) Held() int { return int(p.held.Load()) }
+
+type deliveryKey struct{}
+
+func deliveryOf(m *message.Message) *Delivery { return m.Context().Value(deliveryKey{}).(*Delivery) }
+
+// handle is the innermost watermill handler: one attempt of the Handler.
+func (p *Pipeline) handle(m *message.Message) error {
+	ctx, cancel := context.WithTimeout(m.Context(), p.cfg.Timeout)
+	defer cancel()
+	return p.h.Handle(ctx, deliveryOf(m))
+}
+
+// policy runs attempts of one delivery and settles it (see the package comment).
+func (p *Pipeline) policy(next message.HandlerFunc) message.HandlerFunc {
+	return func(m *message.Message) ([]*message.Message, error) {
+		d := deliveryOf(m)
+		var hold holding
+		defer hold.release(p)
+		for faults := 1; ; faults++ {
+			_, err := next(m)
+			switch {
+			case err == nil:
+				p.ack(d, "acked")
+				return nil, nil
+			case errors.Is(err, errWorkersStopped):
+				p.nak(d, 0, "retried")
+				return nil, nil
+			case isPermanent(err):
+				p.giveUp(d, err, &hold)
+				return nil, nil
+			case jsstore.IsUnavailable(err):
+				p.m.faults.Inc()
+				hold.begin(p, err)
+				if !p.wait(d, p.cfg.FaultBackoff.Delay(faults)) {
+					p.nak(d, 0, "retried")
+					return nil, nil
+				}
+			case p.cfg.MaxAttempts > 0 && d.Delivered >= p.cfg.MaxAttempts:
+				p.giveUp(d, fmt.Errorf("after %d deliveries: %w", d.Delivered, err), &hold)
+				return nil, nil
+			default:
+				p.logger.Warn("handler failed; redelivering later", "seq", d.Seq, "delivered", d.Delivered, "err", err)
+				p.nak(d, p.cfg.Backoff.Delay(d.Delivered), "retried")
+				return nil, nil
+			}
+		}
+	}
+}
+
+// giveUp records the failure (Handler.GiveUp), dead-letters the message and
+// acks it; while a write is unavailable it holds the message and tries again.
+func (p *Pipeline) giveUp(d *Delivery, cause error, hold *holding) {
+	for faults := 1; ; faults++ {
+		err := p.deadLetter(d, cause)
+		if err == nil {
+			p.logger.Error("message dead-lettered", "seq", d.Seq, "delivered", d.Delivered, "subject", p.cfg.DeadLetterSubject, "cause", cause)
+			p.ack(d, "dead_lettered")
+			return
+		}
+		if !jsstore.IsUnavailable(err) {
+			p.logger.Error("dead-lettering failed; redelivering later", "seq", d.Seq, "err", err, "cause", cause)
+			p.nak(d, p.cfg.Backoff.Delay(d.Delivered), "retried")
+			return
+		}
+		p.m.faults.Inc()
+		hold.begin(p, err)
+		if !p.wait(d, p.cfg.FaultBackoff.Delay(faults)) {
+			p.nak(d, 0, "retried")
+			return
+		}
+	}
+}
+
+func (p *Pipeline) deadLetter(d *Delivery, cause error) (err error) {
+	if p.cfg.DeadLetterSubject == "" {
+		return fmt.Errorf("pipeline %s: no dead-letter subject: %w", p.cfg.Name, cause)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("give-up panicked: %v", v)
+		}
+	}()
+	if p.h.GiveUp != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
+		err := p.h.GiveUp(ctx, d, cause)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("give up: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
+	defer cancel()
+	if _, err := p.js.PublishMsg(ctx, DeadLetter(d, p.cfg.DeadLetterSubject, cause)); err != nil {
+		return fmt.Errorf("publish dead letter: %w", err)
+	}
+	return nil
+}
+
+// Headers of a dead letter, beside the original's non-Nats headers.
+const (
+	// HeaderReason is the cause (watermill's poison queue names it so).
+	HeaderReason = "reason_poisoned"
+	// HeaderStream, HeaderSeq and HeaderSubject locate the original message.
+	HeaderStream  = "Orderly-Stream"
+	HeaderSeq     = "Orderly-Stream-Seq"
+	HeaderSubject = "Orderly-Subject"
+	// HeaderDelivered is how often the original was delivered.
+	HeaderDelivered = "Orderly-Delivered"
+)
+
+// DeadLetter is the dead letter of d on subject: the payload, the headers
+// without Nats-*, the cause and the original's place.
+func DeadLetter(d *Delivery, subject string, cause error) *nats.Msg {
+	h := make(nats.Header, len(d.Header)+6)
+	for k, v := range d.Header {
+		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
+			h[k] = v
+		}
+	}
+	h.Set(HeaderReason, cause.Error())
+	h.Set(HeaderStream, d.Stream)
+	h.Set(HeaderSeq, strconv.FormatUint(d.Seq, 10))
+	h.Set(HeaderSubject, d.Subject)
+	h.Set(HeaderDelivered, strconv.Itoa(d.Delivered))
+	h.Set(jetstream.MsgIDHeader, d.Stream+"."+strconv.FormatUint(d.Seq, 10))
+	return &nats.Msg{Subject: subject, Header: h, Data: d.Data}
+}
+
+// wait waits delay while telling the server the message is in progress; false
+// when the pipeline is closing.
+func (p *Pipeline) wait(d *Delivery, delay time.Duration) bool {
+	_ = d.msg.InProgress()
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	tick := time.NewTicker(max(p.ackWait/3, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-timer.C:
+			return true
+		case <-tick.C:
+			_ = d.msg.InProgress()
+		case <-p.closing:
+			return false
+		}
+	}
+}
+
+func (p *Pipeline) ack(d *Delivery, outcome string) {
+	if d.settled.Swap(true) {
+		return
+	}
+	// Not confirmed (no double ack): the ack follows the stored work, and a
+	// lost ack is a redelivery that the idempotent handler turns into nothing
+	// new. A confirmation would cost a reply per message for no guarantee.
+	if err := d.msg.Ack(); err != nil {
+		p.logger.Warn("ack failed; redelivered after the ack wait", "seq", d.Seq, "err", err)
+	}
+	p.m.messages.WithLabelValues(outcome).Inc()
+}
+
+func (p *Pipeline) nak(d *Delivery, delay time.Duration, outcome string) {
+	if d.settled.Swap(true) {
+		return
+	}
+	var err error
+	if delay > 0 {
+		err = d.msg.NakWithDelay(delay)
+	} else {
+		err = d.msg.Nak()
+	}
+	if err != nil {
+		p.logger.Debug("nak failed; redelivered after the ack wait", "seq", d.Seq, "err", err)
+	}
+	p.m.messages.WithLabelValues(outcome).Inc()
+}
+
+// holding tracks whether one delivery is held during a fault.
+type holding struct{ on bool }
+
+func (h *holding) begin(p *Pipeline, err error) {
+	if h.on {
+		return
+	}
+	h.on = true
+	p.m.held.Inc()
+	if p.held.Add(1) == 1 {
+		p.logger.Warn("NATS unavailable: holding messages and pausing consumption until it recovers", "err", err)
+	}
+}
+
+func (h *holding) release(p *Pipeline) {
+	if !h.on {
+		return
+	}
+	h.on = false
+	p.m.held.Dec()
+	if p.held.Add(-1) == 0 {
+		p.logger.Info("NATS available again: consumption resumed")
+	}
+}
+
+// isPermanent reports whether err is marked permanent: errors.As finds an
+// error with Permanent() true.
+func isPermanent(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
+}
+
+type metrics struct {
+	messages *prometheus.CounterVec
+	faults   prometheus.Counter
+	held     prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
+	labels := prometheus.Labels{"pipeline": name}
+	m := &metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_pipeline_messages_total", ConstLabels: labels,
+			Help: "Messages settled by a consumer pipeline, by outcome: acked, retried (naked for redelivery) or dead_lettered.",
+		}, []string{"outcome"}),
+		faults: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orderly_pipeline_faults_total", ConstLabels: labels,
+			Help: "Attempts that failed because NATS was unavailable (not counted against a message's deliveries).",
+		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orderly_pipeline_held", ConstLabels: labels,
+			Help: "Messages held while NATS is unavailable; consumption pauses while any is held.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.messages, m.faults, m.held} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,299 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
+)
+
+// fakeClaims is an in-memory Claims: first writer wins.
+type fakeClaims struct {
+	mu  sync.Mutex
+	m   map[string]idempotency.Record
+	err error
+}
+
+func (f *fakeClaims) Claim(_ context.Context, key string, claim idempotency.Record) (idempotency.Record, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return idempotency.Record{}, false, f.err
+	}
+	if r, ok := f.m[key]; ok {
+		return r, false, nil
+	}
+	if f.m == nil {
+		f.m = map[string]idempotency.Record{}
+	}
+	f.m[key] = claim
+	return claim, true, nil
+}
+
+// fakeEvents is an in-memory EventStore keeping the first event of each order.
+type fakeEvents struct {
+	mu      sync.Mutex
+	stored  map[string][]byte
+	appends int
+	err     error
+}
+
+func (f *fakeEvents) Append(_ context.Context, _ events.Kind, orderID string, data []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.appends++
+	if f.err != nil {
+		return f.err
+	}
+	if f.stored == nil {
+		f.stored = map[string][]byte{}
+	}
+	if _, ok := f.stored[orderID]; !ok {
+		f.stored[orderID] = data
+	}
+	return nil
+}
+
+func (f *fakeEvents) event(t *testing.T, orderID string) events.RawEvent {
+	t.Helper()
+	var ev events.RawEvent
+	if err := json.Unmarshal(f.stored[orderID], &ev); err != nil {
+		t.Fatalf("event of %s: %v", orderID, err)
+	}
+	return ev
+}
+
+func command(nonce, key, fp string, total *int64) events.CreateOrder {
+	return events.CreateOrder{
+		Type: events.CreateOrderType, Nonce: nonce, Tenant: "t", KeyHash: key, Fingerprint: fp,
+		AcceptedAt: time.Unix(1700000000, 0),
+		Request: events.OrderRequest{CustomerID: "c", Currency: "EUR",
+			Items: []events.Item{{SKU: "a", Quantity: 2, UnitPrice: 50}}, Total: total},
+	}
+}
+
+// delivery is the delivery of cmd stored at stream sequence seq.
+func delivery(t *testing.T, cmd any, seq uint64, delivered int) Delivery {
+	t.Helper()
+	b, err := json.Marshal(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Delivery{Data: b, Seq: seq, Delivered: delivered}
+}
+
+// key is the key hash of the tests' commands.
+var key = idempotency.KeyHash("t", "k")
+
+const (
+	nonce1 = "N0NCE0000000A"
+	nonce2 = "N0NCE0000000B"
+)
+
+var (
+	id1 = events.OrderID(1, nonce1)
+	id2 = events.OrderID(2, nonce2)
+)
+
+func newHandler(t *testing.T, c Claims, e EventStore) *Handler {
+	t.Helper()
+	h, err := New(Config{}, Deps{Claims: c, Events: e}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestCreateOrderDecisions(t *testing.T) {
+	t.Parallel()
+	hundred, wrong := int64(100), int64(99)
+	cases := []struct {
+		name   string
+		held   *idempotency.Record // the claim already there, if any
+		cmd    events.CreateOrder
+		typ    string
+		reason string
+	}{
+		{"created", nil, command(nonce1, key, "fp", &hundred), events.OrderCreatedType, ""},
+		{"created without total", nil, command(nonce1, key, "fp", nil), events.OrderCreatedType, ""},
+		{"total mismatch", nil, command(nonce1, key, "fp", &wrong), events.OrderRejectedType, events.ReasonTotalMismatch},
+		{"redelivery resumes its own claim", &idempotency.Record{State: idempotency.StatePending, OrderID: id1, Fingerprint: "fp"},
+			command(nonce1, key, "fp", &hundred), events.OrderCreatedType, ""},
+		{"same request, key held by another order", &idempotency.Record{State: idempotency.StateCompleted, OrderID: id2, Fingerprint: "fp"},
+			command(nonce1, key, "fp", &hundred), events.OrderRejectedType, events.ReasonDuplicate},
+		{"other request, key held by another order", &idempotency.Record{State: idempotency.StatePending, OrderID: id2, Fingerprint: "other"},
+			command(nonce1, key, "fp", &hundred), events.OrderRejectedType, events.ReasonKeyReused},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			claims := &fakeClaims{}
+			if tc.held != nil {
+				claims.m = map[string]idempotency.Record{key: *tc.held}
+			}
+			store := &fakeEvents{}
+			if err := newHandler(t, claims, store).Handle(context.Background(), delivery(t, tc.cmd, 1, 1)); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			ev := store.event(t, id1)
+			if ev.Type != tc.typ || ev.ID != id1+"."+map[string]string{events.OrderCreatedType: "created", events.OrderRejectedType: "rejected"}[tc.typ] {
+				t.Fatalf("event %s %s, want type %s", ev.ID, ev.Type, tc.typ)
+			}
+			if tc.reason != "" {
+				var d events.OrderRejected
+				if err := json.Unmarshal(ev.Data, &d); err != nil {
+					t.Fatal(err)
+				}
+				if d.Reason != tc.reason {
+					t.Fatalf("reason %q, want %q", d.Reason, tc.reason)
+				}
+				if tc.held != nil && tc.held.OrderID != id1 && d.DuplicateOf != tc.held.OrderID {
+					t.Fatalf("duplicate_of %q, want %q", d.DuplicateOf, tc.held.OrderID)
+				}
+				if d.HoldsKey() != (tc.held == nil || tc.held.OrderID == id1) {
+					t.Fatalf("HoldsKey = %v", d.HoldsKey())
+				}
+			}
+			if c := claims.m[key]; c.OrderID == "" {
+				t.Fatal("no claim stored")
+			}
+		})
+	}
+}
+
+func TestCreateOrderFailures(t *testing.T) {
+	t.Parallel()
+	hundred := int64(100)
+	ok := command(nonce1, key, "fp", &hundred)
+	timeout := errors.New("timeout")
+	cases := []struct {
+		name      string
+		payload   any
+		seq       uint64
+		claimErr  error
+		storeErr  error
+		permanent bool
+	}{
+		{"undecodable", "not a command", 7, nil, nil, true},
+		{"unknown type", events.CreateOrder{Type: "x", Nonce: nonce1, KeyHash: key, Fingerprint: "f"}, 7, nil, nil, true},
+		{"bad nonce", command("nope", key, "fp", nil), 7, nil, nil, true},
+		{"key hash that is not one", command(nonce1, "k.*", "fp", nil), 7, nil, nil, true},
+		{"no stream sequence", ok, 0, nil, nil, true},
+		{"claim fails: the store's error, for the pipeline to judge", ok, 7, timeout, nil, false},
+		{"store fails: the store's error", ok, 7, nil, timeout, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := &fakeEvents{err: tc.storeErr}
+			err := newHandler(t, &fakeClaims{err: tc.claimErr}, store).Handle(context.Background(), delivery(t, tc.payload, tc.seq, 1))
+			if err == nil {
+				t.Fatal("Handle succeeded")
+			}
+			if IsPermanent(err) != tc.permanent {
+				t.Fatalf("IsPermanent(%v) = %v, want %v", err, IsPermanent(err), tc.permanent)
+			}
+			if !tc.permanent && !errors.Is(err, timeout) {
+				t.Fatalf("the store's error is not kept: %v", err)
+			}
+		})
+	}
+}
+
+// TestGiveUpAnswersForTheKey: a command given up stores processing_failed
+// when its order holds the key (or nobody does), nothing when another order
+// holds it, and nothing for a command it cannot read.
+func TestGiveUpAnswersForTheKey(t *testing.T) {
+	t.Parallel()
+	cmd := command(nonce1, key, "fp", nil)
+	cases := []struct {
+		name   string
+		held   *idempotency.Record
+		stored bool
+	}{
+		{"its own claim", &idempotency.Record{State: idempotency.StatePending, OrderID: id1, Fingerprint: "fp"}, true},
+		{"nobody claimed the key yet", nil, true},
+		{"another order holds the key", &idempotency.Record{State: idempotency.StatePending, OrderID: id2, Fingerprint: "fp"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			claims, store := &fakeClaims{}, &fakeEvents{}
+			if tc.held != nil {
+				claims.m = map[string]idempotency.Record{key: *tc.held}
+			}
+			if err := newHandler(t, claims, store).GiveUp(context.Background(), delivery(t, cmd, 1, 10), errors.New("boom")); err != nil {
+				t.Fatal(err)
+			}
+			_, got := store.stored[id1]
+			if got != tc.stored {
+				t.Fatalf("stored a rejection: %v, want %v", got, tc.stored)
+			}
+			if got {
+				var d events.OrderRejected
+				if err := json.Unmarshal(store.event(t, id1).Data, &d); err != nil || d.Reason != events.ReasonProcessingFailed {
+					t.Fatalf("rejection %+v %v", d, err)
+				}
+			}
+		})
+	}
+	// A command it cannot read: the dead letter is all there is.
+	store := &fakeEvents{}
+	if err := newHandler(t, &fakeClaims{}, store).GiveUp(context.Background(), Delivery{Data: []byte("junk"), Seq: 3, Delivered: 10}, errors.New("boom")); err != nil || store.appends != 0 {
+		t.Fatalf("junk: %v, %d appends", err, store.appends)
+	}
+	// A store that fails keeps the command for another try.
+	if err := newHandler(t, &fakeClaims{}, &fakeEvents{err: errors.New("timeout")}).GiveUp(context.Background(), delivery(t, cmd, 1, 10), errors.New("boom")); err == nil {
+		t.Fatal("GiveUp succeeded though the rejection was not stored")
+	}
+}
+
+// TestConcurrentCommandsForOneKey: many commands for one key, handled at once,
+// make one OrderCreated; every other order is rejected as a duplicate of it.
+func TestConcurrentCommandsForOneKey(t *testing.T) {
+	t.Parallel()
+	claims, store := &fakeClaims{}, &fakeEvents{}
+	h := newHandler(t, claims, store)
+	var wg sync.WaitGroup
+	ids := make([]string, 50)
+	for i := range ids {
+		seq := uint64(100 + i)
+		ids[i] = events.OrderID(seq, nonce1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := h.Handle(context.Background(), delivery(t, command(nonce1, key, "fp", nil), seq, 1)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	created := 0
+	for _, id := range ids {
+		if store.event(t, id).Type == events.OrderCreatedType {
+			created++
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d orders created for one key, want 1", created)
+	}
+}
+
+func TestDecideIsDeterministic(t *testing.T) {
+	t.Parallel()
+	cmd := command(nonce1, key, "fp", nil)
+	at := time.Unix(1700000000, 5)
+	k1, a := Decide(cmd, id1, at)
+	k2, b := Decide(cmd, id1, at)
+	if k1 != k2 || string(a) != string(b) {
+		t.Fatal("Decide is not a function of its inputs")
+	}
+}
