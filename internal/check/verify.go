@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/bench"
 )
 

@@ -335,7 +335,9 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 	}
 	return s.run(ctx, js, s.cfg.Processor, pipeline.Handler{
 		Handle: func(ctx context.Context, d *pipeline.Delivery) error { return h.Handle(ctx, delivery(d)) },
-		GiveUp: func(ctx context.Context, d *pipeline.Delivery, cause error) error { return h.GiveUp(ctx, delivery(d), cause) },
+		GiveUp: func(ctx context.Context, d *pipeline.Delivery, cause error) error {
+			return h.GiveUp(ctx, delivery(d), cause)
+		},
 	})
 }
 
