@@ -22,6 +22,12 @@ import (
 // when the test ends.
 func JetStream(tb testing.TB, fsync natsserver.Fsync) jetstream.JetStream {
 	tb.Helper()
+	return JetStreamWith(tb, fsync, jsstore.DefaultTopology())
+}
+
+// JetStreamWith is JetStream with the given topology.
+func JetStreamWith(tb testing.TB, fsync natsserver.Fsync, topology jsstore.Topology) jetstream.JetStream {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ns, err := natsserver.Start(ctx, natsserver.Config{ServerName: "test", StoreDir: tb.TempDir(), Fsync: fsync})
@@ -38,7 +44,7 @@ func JetStream(tb testing.TB, fsync natsserver.Fsync) jetstream.JetStream {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := jsstore.DefaultTopology().Ensure(ctx, js); err != nil {
+	if err := topology.Ensure(ctx, js); err != nil {
 		tb.Fatal(err)
 	}
 	return js

@@ -252,7 +252,7 @@ func (p *Pipeline) policy(next message.HandlerFunc) message.HandlerFunc {
 				p.ack(d, "acked")
 				return nil, nil
 			case errors.Is(err, errWorkersStopped):
-				p.nak(d, 0, "retried")
+				p.nak(d, handBackDelay, "retried")
 				return nil, nil
 			case isPermanent(err):
 				p.giveUp(d, err, &hold)
@@ -261,7 +261,7 @@ func (p *Pipeline) policy(next message.HandlerFunc) message.HandlerFunc {
 				p.m.faults.Inc()
 				hold.begin(p, err)
 				if !p.wait(d, p.cfg.FaultBackoff.Delay(faults)) {
-					p.nak(d, 0, "retried")
+					p.nak(d, handBackDelay, "retried")
 					return nil, nil
 				}
 			case p.cfg.MaxAttempts > 0 && d.Delivered >= p.cfg.MaxAttempts:
@@ -294,7 +294,7 @@ func (p *Pipeline) giveUp(d *Delivery, cause error, hold *holding) {
 		p.m.faults.Inc()
 		hold.begin(p, err)
 		if !p.wait(d, p.cfg.FaultBackoff.Delay(faults)) {
-			p.nak(d, 0, "retried")
+			p.nak(d, handBackDelay, "retried")
 			return
 		}
 	}

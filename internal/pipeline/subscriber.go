@@ -19,9 +19,10 @@ import (
 // messages, hands them over one at a time, closes its output channel while a
 // send may be in flight, and leaves what it buffered unacked at shutdown.
 //
-// It settles nothing itself except what it never handed over (naked at once,
-// for another instance or a restart) and what the router gave back unsettled
-// (naked at once); everything else is settled by the pipeline's policy.
+// It settles nothing itself except what it never handed over and what the
+// router gave back unsettled: those are handed back to the server (naked,
+// after handBackDelay) for another instance or a restart. Everything else is
+// settled by the pipeline's policy.
 type subscriber struct {
 	p    *Pipeline
 	cons jetstream.Consumer
@@ -35,6 +36,11 @@ var _ message.Subscriber = (*subscriber)(nil)
 // waits for the running request to end, so that nothing the server delivers
 // goes to an inbox nobody reads (it would wait out the ack wait).
 const fetchWait = 500 * time.Millisecond
+
+// handBackDelay is the nak delay of messages handed back at Close: longer
+// than a pull request that may still be open, so that the server does not
+// redeliver them into it (each such delivery would count).
+const handBackDelay = fetchWait + 500*time.Millisecond
 
 // Subscribe starts the pump; the topic is ignored (the consumer decides what
 // is delivered). The channel closes after Close or when ctx ends, once no
@@ -110,8 +116,24 @@ func (s *subscriber) dispatch(ctx context.Context, jm jetstream.Msg, out chan<- 
 	select {
 	case slots <- struct{}{}:
 	case <-stop:
-		s.p.nak(d, 0, "retried")
+		s.p.nak(d, handBackDelay, "retried")
 		return
+	}
+	// While a message is held for an infrastructure fault, fetched ones wait
+	// here (kept in progress): they would fail the same way, and a nak would
+	// count a delivery.
+	for last := time.Now(); s.p.held.Load() > 0; {
+		if time.Since(last) >= s.p.ackWait/3 {
+			_ = jm.InProgress()
+			last = time.Now()
+		}
+		select {
+		case <-stop:
+			<-slots
+			s.p.nak(d, handBackDelay, "retried")
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	meta, err := jm.Metadata()
 	if err != nil { // cannot happen for a consumer's message; nothing to handle it by
@@ -127,7 +149,7 @@ func (s *subscriber) dispatch(ctx context.Context, jm jetstream.Msg, out chan<- 
 	case out <- m:
 	case <-stop:
 		<-slots
-		s.p.nak(d, 0, "retried")
+		s.p.nak(d, handBackDelay, "retried")
 		return
 	}
 	inflight.Add(1)
@@ -138,7 +160,7 @@ func (s *subscriber) dispatch(ctx context.Context, jm jetstream.Msg, out chan<- 
 		case <-m.Nacked():
 		}
 		<-slots
-		s.p.nak(d, 0, "retried") // a no-op when the policy settled it
+		s.p.nak(d, handBackDelay, "retried") // a no-op when the policy settled it
 	}()
 }
 

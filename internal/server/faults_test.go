@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/api"
@@ -191,4 +192,73 @@ func TestProjectorDown(t *testing.T) {
 			t.Fatalf("GET %s: %s", locs[i], g.Body)
 		}
 	}
+}
+
+// TestPanickingHandlerIsDeadLettered: a handler that panics on every delivery
+// ends like any failing one: after the bounded deliveries the command is in
+// ORDER_COMMANDS_DLQ and its key answers a stored 422 order_rejected.
+func TestPanickingHandlerIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Processor.MaxAttempts = 3
+	var calls hookCalls
+	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
+		if cmd.Request.CustomerID == "c-panic" {
+			calls.add("c-panic")
+			panic("injected: handler bug")
+		}
+		return nil
+	}}
+	inst := orderlytest.Start(t, cfg)
+	r := inst.PostOrder(t, "panic-1", orderlytest.Order("c-panic"), "Prefer: wait=20")
+	if r.Status != http.StatusUnprocessableEntity || r.Problem(t)["reason"] != events.ReasonProcessingFailed {
+		t.Fatalf("a command whose handler always panics: %d %s", r.Status, r.Body)
+	}
+	if n := calls.get("c-panic"); n != 3 {
+		t.Fatalf("%d deliveries, want 3", n)
+	}
+	dlq, err := inst.JetStream(t).Stream(context.Background(), events.DeadLetterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *jetstream.RawStreamMsg
+	orderlytest.Eventually(t, 10*time.Second, "the dead letter", func() bool {
+		m, err = dlq.GetLastMsgForSubject(context.Background(), events.DeadLetterSubject)
+		return err == nil
+	})
+	if !strings.Contains(m.Header.Get("reason_poisoned"), "injected: handler bug") {
+		t.Fatalf("dead letter reason %q", m.Header.Get("reason_poisoned"))
+	}
+}
+
+// TestTwoPoisonedCommandsOfOneKeyAreBothDeadLettered: two commands that can
+// never be processed, with one Nats-Msg-Id (one key), sent past the command
+// window: each gets its own dead letter.
+func TestTwoPoisonedCommandsOfOneKeyAreBothDeadLettered(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Topology.DedupWindow = time.Second
+	cfg.Topology.ResultTTL = time.Hour
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	ctx := context.Background()
+	key := idempotency.KeyHash(api.DefaultTenant, "poison-key")
+	for i, body := range []string{`{"type":"orderly.command.create_order.v1","nonce":"bad"}`, `{"type":"unknown"}`} {
+		if i == 1 {
+			time.Sleep(1500 * time.Millisecond) // past the window: the broker stores the second
+		}
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.CommandSubject, Data: []byte(body),
+			Header: nats.Header{jetstream.MsgIDHeader: []string{key}}})
+		if err != nil || ack.Duplicate {
+			t.Fatalf("publish %d: %+v %v", i, ack, err)
+		}
+	}
+	dlq, err := js.Stream(ctx, events.DeadLetterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orderlytest.Eventually(t, 15*time.Second, "two dead letters", func() bool {
+		info, err := dlq.Info(ctx)
+		return err == nil && info.State.Msgs == 2
+	})
 }
