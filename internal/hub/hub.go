@@ -205,13 +205,6 @@ func (h *Hub) releaseDecisions() {
 	})
 }
 
-// following reports whether the decision feed runs (for tests).
-func (h *Hub) following() bool {
-	h.evMu.Lock()
-	defer h.evMu.Unlock()
-	return h.stopDecs != nil
-}
-
 // applyResult caches a completed record and wakes the key's waiters.
 func (h *Hub) applyResult(key string, r idempotency.Record) {
 	if r.Completed() {

@@ -44,6 +44,13 @@ func (f *fakeFeeds) FollowDecisions(_ context.Context, fn func(string)) (func(),
 	}, nil
 }
 
+// following reports whether a decision feed runs.
+func (f *fakeFeeds) following() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.decisions != nil
+}
+
 func (f *fakeFeeds) decide(orderID string) {
 	f.mu.Lock()
 	fn := f.decisions
@@ -141,13 +148,13 @@ func TestDecisionFeedRunsOnlyWhileWaited(t *testing.T) {
 	t.Parallel()
 	feeds := &fakeFeeds{}
 	h := newHub(t, Config{ResultTTL: time.Hour, EventsIdle: 50 * time.Millisecond}, feeds)
-	if h.following() {
+	if feeds.following() {
 		t.Fatal("following decisions before anyone waits")
 	}
 	c, cancel := h.WatchOrder("ord_1")
 	c2, cancel2 := h.WatchOrder("ord_1")
-	if !h.following() || feeds.follows != 1 {
-		t.Fatalf("following %v with %d feeds, want one feed for all waiters", h.following(), feeds.follows)
+	if !feeds.following() || feeds.follows != 1 {
+		t.Fatalf("following %v with %d feeds, want one feed for all waiters", feeds.following(), feeds.follows)
 	}
 	feeds.decide("ord_1")
 	for _, ch := range []<-chan struct{}{c, c2} {
@@ -159,12 +166,12 @@ func TestDecisionFeedRunsOnlyWhileWaited(t *testing.T) {
 	}
 	cancel()
 	time.Sleep(100 * time.Millisecond)
-	if !h.following() {
+	if !feeds.following() {
 		t.Fatal("the feed stopped while an order waiter is left")
 	}
 	cancel2()
 	deadline := time.Now().Add(5 * time.Second)
-	for h.following() {
+	for feeds.following() {
 		if time.Now().After(deadline) {
 			t.Fatal("the decision feed did not stop when idle")
 		}

@@ -1,0 +1,264 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/app"
+	"github.com/orderly-dev/orderly/internal/ops"
+)
+
+// fakeService records what the handlers asked and answers what the test set.
+type fakeService struct {
+	mu      sync.Mutex
+	submits []app.SubmitOrder
+	tenant  string
+	wait    time.Duration
+	outcome app.Outcome
+	order   idempotency.Order
+	err     error
+}
+
+func (f *fakeService) Submit(_ context.Context, in app.SubmitOrder) (app.Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.submits = append(f.submits, in)
+	return f.outcome, f.err
+}
+
+func (f *fakeService) Order(_ context.Context, tenant, _ string, wait time.Duration) (idempotency.Order, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tenant, f.wait = tenant, wait
+	return f.order, f.err
+}
+
+func (f *fakeService) OrderEvents(_ context.Context, tenant, _ string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tenant = tenant
+	return []byte(`[]`), f.err
+}
+
+const order = `{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}],"total":4990}`
+
+func handler(t *testing.T, cfg api.Config, svc api.Service) http.Handler {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	o, err := ops.NewHandler(ops.Config{}, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := api.NewHandler(cfg, svc, o, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func do(h http.Handler, method, path, body string, header ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	for _, l := range header {
+		k, v, _ := strings.Cut(l, ":")
+		r.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func code(t *testing.T, w *httptest.ResponseRecorder) string {
+	t.Helper()
+	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q for %d %s", ct, w.Code, w.Body)
+	}
+	var p struct{ Code string }
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Code
+}
+
+func TestPostTranslatesOutcomes(t *testing.T) {
+	t.Parallel()
+	stored := idempotency.Record{State: idempotency.StateCompleted, OrderID: "ord_1", Status: 201, Location: "/v1/orders/ord_1", ContentType: "application/json", Body: []byte(`{"id":"ord_1"}`)}
+	cases := []struct {
+		name    string
+		outcome app.Outcome
+		err     error
+		status  int
+		code    string
+		headers map[string]string
+		body    string
+	}{
+		{name: "created", outcome: app.Outcome{Kind: app.Completed, OrderID: "ord_1", Record: stored}, status: 201,
+			headers: map[string]string{"Location": "/v1/orders/ord_1", "Idempotent-Replayed": ""}, body: `{"id":"ord_1"}`},
+		{name: "replayed", outcome: app.Outcome{Kind: app.Completed, OrderID: "ord_1", Record: stored, Replayed: true}, status: 201,
+			headers: map[string]string{"Idempotent-Replayed": "true"}, body: `{"id":"ord_1"}`},
+		{name: "accepted", outcome: app.Outcome{Kind: app.Accepted, OrderID: "ord_2"}, status: 202,
+			headers: map[string]string{"Location": "/v1/orders/ord_2", "Retry-After": "1"}, body: `{"id":"ord_2","status":"pending"}`},
+		{name: "in progress", outcome: app.Outcome{Kind: app.InProgress, OrderID: "ord_3"}, status: 409, code: "idempotency_key_in_use",
+			headers: map[string]string{"Location": "/v1/orders/ord_3", "Retry-After": "1"}},
+		{name: "key reused", err: &app.KeyReusedError{OrderID: "ord_4"}, status: 422, code: "idempotency_key_reused"},
+		{name: "unavailable", err: fmt.Errorf("publish: %w", app.ErrUnavailable), status: 503, code: "service_unavailable",
+			headers: map[string]string{"Retry-After": "1"}},
+		{name: "a bug", err: errors.New("boom"), status: 500, code: "internal_error"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			svc := &fakeService{outcome: tc.outcome, err: tc.err}
+			w := do(handler(t, api.DefaultConfig(), svc), http.MethodPost, "/v1/orders", order, "Content-Type: application/json", "Idempotency-Key: k")
+			if w.Code != tc.status {
+				t.Fatalf("status %d %s, want %d", w.Code, w.Body, tc.status)
+			}
+			if tc.code != "" && code(t, w) != tc.code {
+				t.Fatalf("code %s, want %s", code(t, w), tc.code)
+			}
+			for k, v := range tc.headers {
+				if got := w.Header().Get(k); got != v {
+					t.Fatalf("%s: %q, want %q", k, got, v)
+				}
+			}
+			if tc.body != "" && w.Body.String() != tc.body {
+				t.Fatalf("body %s, want %s", w.Body, tc.body)
+			}
+		})
+	}
+}
+
+// TestPostBuildsTheCommand: the service gets the tenant-scoped key hash, the
+// fingerprint and the waits the client asked for (capped).
+func TestPostBuildsTheCommand(t *testing.T) {
+	t.Parallel()
+	svc := &fakeService{outcome: app.Outcome{Kind: app.Accepted, OrderID: "ord_1"}}
+	h := handler(t, api.Config{Wait: 2 * time.Second, MaxWait: 5 * time.Second}, svc)
+	for _, tc := range []struct {
+		prefer    string
+		wait, wfp time.Duration
+		applied   string
+	}{
+		{"", 2 * time.Second, 0, ""},
+		{"respond-async", 0, 0, "respond-async"},
+		{"wait=3", 3 * time.Second, 3 * time.Second, "wait=3"},
+		{"wait=100", 5 * time.Second, 5 * time.Second, "wait=5"},
+	} {
+		hdr := []string{"Content-Type: application/json", `Idempotency-Key: "k"`}
+		if tc.prefer != "" {
+			hdr = append(hdr, "Prefer: "+tc.prefer)
+		}
+		w := do(h, http.MethodPost, "/v1/orders", order, hdr...)
+		in := svc.submits[len(svc.submits)-1]
+		if w.Code != 202 || in.Wait != tc.wait || in.WaitForPending != tc.wfp || w.Header().Get("Preference-Applied") != tc.applied {
+			t.Fatalf("Prefer %q: %d, wait %s/%s, applied %q", tc.prefer, w.Code, in.Wait, in.WaitForPending, w.Header().Get("Preference-Applied"))
+		}
+		if in.Tenant != api.DefaultTenant || in.KeyHash != idempotency.KeyHash(api.DefaultTenant, "k") || in.Fingerprint != idempotency.Fingerprint(in.Request) {
+			t.Fatalf("submitted %+v", in)
+		}
+	}
+}
+
+// TestPostRefusesBadRequestsBeforeTheService: nothing reaches the service.
+func TestPostRefusesBadRequestsBeforeTheService(t *testing.T) {
+	t.Parallel()
+	svc := &fakeService{}
+	h := handler(t, api.Config{BodyLimit: 1024}, svc)
+	for _, tc := range []struct {
+		name   string
+		body   string
+		header []string
+		status int
+		code   string
+	}{
+		{"no key", order, []string{"Content-Type: application/json"}, 400, "idempotency_key_missing"},
+		{"two keys", order, []string{"Content-Type: application/json", "Idempotency-Key: a", "Idempotency-Key: b"}, 400, "idempotency_key_invalid"},
+		{"not JSON", order, []string{"Content-Type: text/plain", "Idempotency-Key: a"}, 415, "unsupported_media_type"},
+		{"too large", `{"customer_id":"` + strings.Repeat("x", 2000) + `"}`, []string{"Content-Type: application/json", "Idempotency-Key: a"}, 413, "request_too_large"},
+		{"invalid", `{"customer_id":""}`, []string{"Content-Type: application/json", "Idempotency-Key: a"}, 400, "invalid_request"},
+	} {
+		w := do(h, http.MethodPost, "/v1/orders", tc.body, tc.header...)
+		if w.Code != tc.status || code(t, w) != tc.code {
+			t.Fatalf("%s: %d %s", tc.name, w.Code, w.Body)
+		}
+	}
+	if len(svc.submits) != 0 {
+		t.Fatalf("%d requests reached the service", len(svc.submits))
+	}
+}
+
+func TestTokensScopeTenants(t *testing.T) {
+	t.Parallel()
+	svc := &fakeService{outcome: app.Outcome{Kind: app.Accepted, OrderID: "ord_1"}, order: idempotency.Order{Status: idempotency.StatusCreated, Body: []byte("{}")}}
+	h := handler(t, api.Config{Tokens: map[string]string{"secret-a": "tenant-a"}}, svc)
+	if w := do(h, http.MethodPost, "/v1/orders", order, "Content-Type: application/json", "Idempotency-Key: k"); w.Code != 401 || w.Header().Get("WWW-Authenticate") == "" {
+		t.Fatalf("no token: %d", w.Code)
+	}
+	if w := do(h, http.MethodGet, "/v1/orders/ord_1", "", "Authorization: Bearer wrong"); w.Code != 401 {
+		t.Fatalf("bad token: %d", w.Code)
+	}
+	w := do(h, http.MethodPost, "/v1/orders", order, "Content-Type: application/json", "Idempotency-Key: k", "Authorization: Bearer secret-a")
+	if w.Code != 202 || svc.submits[0].Tenant != "tenant-a" || svc.submits[0].KeyHash != idempotency.KeyHash("tenant-a", "k") {
+		t.Fatalf("with a token: %d %+v", w.Code, svc.submits)
+	}
+	if w := do(h, http.MethodGet, "/v1/orders/ord_1", "", "Authorization: bearer secret-a"); w.Code != 200 || svc.tenant != "tenant-a" {
+		t.Fatalf("GET with a token: %d tenant %q", w.Code, svc.tenant)
+	}
+}
+
+func TestGetOrder(t *testing.T) {
+	t.Parallel()
+	svc := &fakeService{order: idempotency.Order{Status: idempotency.StatusPending, Body: []byte(`{"status":"pending"}`)}}
+	h := handler(t, api.Config{MaxWait: 30 * time.Second}, svc)
+	w := do(h, http.MethodGet, "/v1/orders/ord_1?wait=10s", "")
+	if w.Code != 200 || w.Header().Get("Retry-After") != "1" || svc.wait != 10*time.Second || !bytes.Equal(w.Body.Bytes(), []byte(`{"status":"pending"}`)) {
+		t.Fatalf("pending: %d %v wait %s", w.Code, w.Header(), svc.wait)
+	}
+	if w := do(h, http.MethodGet, "/v1/orders/ord_1?wait=2h", ""); w.Code != 200 || svc.wait != 30*time.Second {
+		t.Fatalf("capped wait: %d %s", w.Code, svc.wait)
+	}
+	if w := do(h, http.MethodGet, "/v1/orders/ord_1?wait=soon", ""); w.Code != 400 || code(t, w) != "invalid_request" {
+		t.Fatalf("bad wait: %d", w.Code)
+	}
+	svc.err = app.ErrNotFound
+	if w := do(h, http.MethodGet, "/v1/orders/ord_1", ""); w.Code != 404 || code(t, w) != "not_found" {
+		t.Fatalf("not found: %d", w.Code)
+	}
+	if w := do(h, http.MethodGet, "/v1/orders/ord_1/events", ""); w.Code != 404 {
+		t.Fatalf("events not found: %d", w.Code)
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	h := handler(t, api.DefaultConfig(), &fakeService{})
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{
+		{http.MethodGet, "/healthz", 200},
+		{http.MethodHead, "/healthz", 200},
+		{http.MethodGet, "/readyz", 200},
+		{http.MethodGet, "/metrics", 200},
+		{http.MethodGet, "/openapi.json", 200},
+		{http.MethodDelete, "/v1/orders", 405},
+		{http.MethodGet, "/nowhere", 404},
+	} {
+		if w := do(h, tc.method, tc.path, ""); w.Code != tc.status {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, w.Code, tc.status)
+		}
+	}
+}

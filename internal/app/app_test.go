@@ -1,0 +1,336 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
+)
+
+// Fakes of the service's ports: plain maps, no NATS.
+
+type fakeResults struct {
+	mu    sync.Mutex
+	m     map[string]idempotency.Record
+	err   error
+	reads int
+}
+
+func (f *fakeResults) Get(_ context.Context, key string) (idempotency.Record, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	if f.err != nil {
+		return idempotency.Record{}, false, f.err
+	}
+	r, ok := f.m[key]
+	return r, ok, nil
+}
+
+type fakeCache struct {
+	mu sync.Mutex
+	m  map[string]idempotency.Record
+}
+
+func (f *fakeCache) CachedResult(key string) (idempotency.Record, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.m[key]
+	return r, ok
+}
+
+func (f *fakeCache) Remember(key string, r idempotency.Record) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]idempotency.Record{}
+	}
+	if r.Completed() {
+		f.m[key] = r
+	}
+}
+
+// fakeWatcher hands out channels the test can send to.
+type fakeWatcher struct {
+	mu      sync.Mutex
+	results map[string]chan idempotency.Record
+	orders  map[string]chan struct{}
+}
+
+func (f *fakeWatcher) WatchResult(key string) (<-chan idempotency.Record, func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.results == nil {
+		f.results = map[string]chan idempotency.Record{}
+	}
+	c := make(chan idempotency.Record, 1)
+	f.results[key] = c
+	return c, func() {}
+}
+
+func (f *fakeWatcher) WatchOrder(id string) (<-chan struct{}, func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.orders == nil {
+		f.orders = map[string]chan struct{}{}
+	}
+	c := make(chan struct{}, 1)
+	f.orders[id] = c
+	return c, func() {}
+}
+
+func (f *fakeWatcher) send(key string, r idempotency.Record) {
+	for {
+		f.mu.Lock()
+		c := f.results[key]
+		f.mu.Unlock()
+		if c != nil {
+			c <- r
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type fakeCommands struct {
+	mu        sync.Mutex
+	byKey     map[string]uint64 // the broker's window
+	stored    map[uint64]events.CreateOrder
+	published int
+	err       error
+}
+
+func (f *fakeCommands) Publish(_ context.Context, cmd events.CreateOrder) (uint64, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.published++
+	if f.err != nil {
+		return 0, false, f.err
+	}
+	if seq, ok := f.byKey[cmd.KeyHash]; ok {
+		return seq, true, nil
+	}
+	if f.byKey == nil {
+		f.byKey, f.stored = map[string]uint64{}, map[uint64]events.CreateOrder{}
+	}
+	seq := uint64(len(f.stored) + 1)
+	f.byKey[cmd.KeyHash], f.stored[seq] = seq, cmd
+	return seq, false, nil
+}
+
+func (f *fakeCommands) Command(_ context.Context, seq uint64) (events.CreateOrder, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.stored[seq]
+	if !ok {
+		return c, errors.New("not found")
+	}
+	return c, nil
+}
+
+func (f *fakeCommands) FindCommand(_ context.Context, orderID string) (events.CreateOrder, bool, error) {
+	seq, nonce, ok := events.ParseOrderID(orderID)
+	if !ok {
+		return events.CreateOrder{}, false, nil
+	}
+	c, err := f.Command(context.Background(), seq)
+	return c, err == nil && c.Nonce == nonce, nil
+}
+
+type fakeOrders struct {
+	mu    sync.Mutex
+	m     map[string]idempotency.Order
+	reads int
+}
+
+func (f *fakeOrders) Decided(_ context.Context, id string) (idempotency.Order, []byte, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	o, ok := f.m[id]
+	return o, []byte(`{"event":"` + id + `"}`), ok, nil
+}
+
+type fixture struct {
+	svc      *Service
+	results  *fakeResults
+	cache    *fakeCache
+	watcher  *fakeWatcher
+	commands *fakeCommands
+	orders   *fakeOrders
+	up       context.Context
+	down     context.CancelFunc
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{results: &fakeResults{m: map[string]idempotency.Record{}}, cache: &fakeCache{}, watcher: &fakeWatcher{},
+		commands: &fakeCommands{}, orders: &fakeOrders{m: map[string]idempotency.Order{}}}
+	f.up, f.down = context.WithCancel(context.Background())
+	svc, err := NewService(Config{RequestTimeout: time.Second, Up: func() context.Context { return f.up }},
+		Deps{Results: f.results, Cache: f.cache, Watcher: f.watcher, Commands: f.commands, Orders: f.orders}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.newNonce = func() string { return "N0NCE0000000A" }
+	f.svc = svc
+	return f
+}
+
+var key = idempotency.KeyHash("t", "k")
+
+func submit(wait, waitPending time.Duration) SubmitOrder {
+	return SubmitOrder{Tenant: "t", KeyHash: key, Fingerprint: "fp", Wait: wait, WaitForPending: waitPending,
+		Request: events.OrderRequest{CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 1}}}}
+}
+
+func completed(orderID, fp string) idempotency.Record {
+	return idempotency.Record{State: idempotency.StateCompleted, OrderID: orderID, Fingerprint: fp, Status: 201, Body: []byte("{}")}
+}
+
+var firstID = events.OrderID(1, "N0NCE0000000A")
+
+func TestSubmit(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		setup     func(f *fixture)
+		in        SubmitOrder
+		decide    *idempotency.Record // sent on the key's watch after the publish
+		kind      OutcomeKind
+		orderID   string
+		replayed  bool
+		err       error
+		published int
+	}{
+		{name: "new key, respond at once", in: submit(0, 0), kind: Accepted, orderID: firstID, published: 1},
+		{name: "new key, decided within the wait", in: submit(time.Second, 0), decide: ptr(completed(firstID, "fp")),
+			kind: Completed, orderID: firstID, published: 1},
+		{name: "new key, not decided within the wait", in: submit(20*time.Millisecond, 0), kind: Accepted, orderID: firstID, published: 1},
+		{name: "our command lost the claim to an earlier order: its answer, a replay", in: submit(time.Second, 0),
+			decide: ptr(completed("ord_other", "fp")), kind: Completed, orderID: "ord_other", replayed: true, published: 1},
+		{name: "cached result: replayed without a read or a publish", setup: func(f *fixture) { f.cache.Remember(key, completed("ord_x", "fp")) },
+			in: submit(0, 0), kind: Completed, orderID: "ord_x", replayed: true},
+		{name: "stored result: replayed", setup: func(f *fixture) { f.results.m[key] = completed("ord_x", "fp") },
+			in: submit(0, 0), kind: Completed, orderID: "ord_x", replayed: true},
+		{name: "stored result of another request: key reused", setup: func(f *fixture) { f.results.m[key] = completed("ord_x", "other") },
+			in: submit(0, 0), err: &KeyReusedError{}},
+		{name: "pending: in progress", setup: func(f *fixture) { f.results.m[key] = idempotency.Pending("ord_x", "fp") },
+			in: submit(0, 0), kind: InProgress, orderID: "ord_x"},
+		{name: "pending, the client waits: the original's answer", setup: func(f *fixture) { f.results.m[key] = idempotency.Pending("ord_x", "fp") },
+			in: submit(time.Second, time.Second), decide: ptr(completed("ord_x", "fp")), kind: Completed, orderID: "ord_x", replayed: true},
+		{name: "duplicate inside the window, same request: in progress", setup: func(f *fixture) {
+			_, _, _ = f.commands.Publish(context.Background(), events.CreateOrder{KeyHash: key, Nonce: "N0NCE0000000A", Fingerprint: "fp"})
+		}, in: submit(0, 0), kind: InProgress, orderID: firstID, published: 2},
+		{name: "duplicate inside the window, other request: key reused", setup: func(f *fixture) {
+			_, _, _ = f.commands.Publish(context.Background(), events.CreateOrder{KeyHash: key, Nonce: "N0NCE0000000A", Fingerprint: "other"})
+		}, in: submit(0, 0), err: &KeyReusedError{}, published: 2},
+		{name: "read fails: unavailable, nothing published", setup: func(f *fixture) { f.results.err = errors.New("timeout") },
+			in: submit(0, 0), err: ErrUnavailable},
+		{name: "publish fails: unavailable", setup: func(f *fixture) { f.commands.err = errors.New("timeout") },
+			in: submit(0, 0), err: ErrUnavailable, published: 1},
+		{name: "NATS known to be down: unavailable at once", setup: func(f *fixture) { f.down() }, in: submit(0, 0), err: ErrUnavailable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			if tc.decide != nil {
+				go f.watcher.send(key, *tc.decide)
+			}
+			out, err := f.svc.Submit(context.Background(), tc.in)
+			switch {
+			case tc.err != nil:
+				var reused *KeyReusedError
+				if !errors.Is(err, tc.err) && !(errors.As(tc.err, &reused) && errors.As(err, &reused)) {
+					t.Fatalf("err %v, want %v", err, tc.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case out.Kind != tc.kind || out.OrderID != tc.orderID || out.Replayed != tc.replayed:
+				t.Fatalf("outcome %+v, want kind %d order %s replayed %v", out, tc.kind, tc.orderID, tc.replayed)
+			}
+			if f.commands.published != tc.published {
+				t.Fatalf("%d publishes, want %d", f.commands.published, tc.published)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestDrainCutsWaitsShort(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.svc.Drain()
+	begin := time.Now()
+	out, err := f.svc.Submit(context.Background(), submit(10*time.Second, 0))
+	if err != nil || out.Kind != Accepted || time.Since(begin) > time.Second {
+		t.Fatalf("%+v %v after %s", out, err, time.Since(begin))
+	}
+}
+
+func TestOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	seq, _, _ := f.commands.Publish(ctx, events.CreateOrder{Tenant: "t", KeyHash: key, Nonce: "N0NCE0000000A", AcceptedAt: time.Now()})
+	id := events.OrderID(seq, "N0NCE0000000A")
+
+	if _, err := f.svc.Order(ctx, "t", "ord_>", 0); !errors.Is(err, ErrNotFound) || f.orders.reads != 0 {
+		t.Fatalf("malformed ID: %v after %d reads", err, f.orders.reads)
+	}
+	o, err := f.svc.Order(ctx, "t", id, 0)
+	if err != nil || o.Status != idempotency.StatusPending {
+		t.Fatalf("pending: %+v %v", o, err)
+	}
+	if _, err := f.svc.Order(ctx, "other", id, 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another tenant's pending order: %v", err)
+	}
+	// Long poll: the decision wakes the wait.
+	go func() {
+		for {
+			f.watcher.mu.Lock()
+			c := f.watcher.orders[id]
+			f.watcher.mu.Unlock()
+			if c != nil {
+				f.orders.mu.Lock()
+				f.orders.m[id] = idempotency.Order{Tenant: "t", Status: idempotency.StatusCreated, Body: []byte("{}")}
+				f.orders.mu.Unlock()
+				c <- struct{}{}
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	begin := time.Now()
+	o, err = f.svc.Order(ctx, "t", id, 10*time.Second)
+	if err != nil || o.Status != idempotency.StatusCreated || time.Since(begin) > 5*time.Second {
+		t.Fatalf("long poll: %+v %v after %s", o, err, time.Since(begin))
+	}
+	if _, err := f.svc.Order(ctx, "other", id, 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another tenant's decided order: %v", err)
+	}
+	evs, err := f.svc.OrderEvents(ctx, "t", id)
+	if err != nil || string(evs) != `[{"event":"`+id+`"}]` {
+		t.Fatalf("events: %s %v", evs, err)
+	}
+}
+
+func TestNewServiceChecksDependencies(t *testing.T) {
+	t.Parallel()
+	if _, err := NewService(Config{}, Deps{}, slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("nil ports accepted")
+	}
+	if _, err := NewService(Config{RequestTimeout: -1}, Deps{}, nil); err == nil {
+		t.Fatal("bad config accepted")
+	}
+}

@@ -1,0 +1,207 @@
+package jsstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsserver"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+func js(t *testing.T) jetstream.JetStream {
+	return orderlytest.JetStream(t, natsserver.Fsync{Interval: time.Second})
+}
+
+func command(key string) events.CreateOrder {
+	return events.CreateOrder{Type: events.CreateOrderType, Nonce: events.NewNonce(), Tenant: "t",
+		KeyHash: idempotency.KeyHash("t", key), Fingerprint: "fp", AcceptedAt: time.Now(),
+		Request: events.OrderRequest{CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 1}}}}
+}
+
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	j := js(t)
+	c, err := jsstore.OpenCommands(ctx, j, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := command("k1")
+	seq, dup, err := c.Publish(ctx, cmd)
+	if err != nil || dup || seq == 0 {
+		t.Fatalf("publish: %d %v %v", seq, dup, err)
+	}
+	retry := command("k1") // another nonce, same key: the broker's window drops it
+	if seq2, dup, err := c.Publish(ctx, retry); err != nil || !dup || seq2 != seq {
+		t.Fatalf("retry: %d %v %v, want a duplicate of %d", seq2, dup, err, seq)
+	}
+	got, err := c.Command(ctx, seq)
+	if err != nil || got.Nonce != cmd.Nonce || got.KeyHash != cmd.KeyHash {
+		t.Fatalf("command at %d: %+v %v", seq, got, err)
+	}
+	if _, err := c.Command(ctx, seq+100); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("command past the end: %v", err)
+	}
+	if found, ok, err := c.FindCommand(ctx, events.OrderID(seq, cmd.Nonce)); err != nil || !ok || found.Nonce != cmd.Nonce {
+		t.Fatalf("find: %+v %v %v", found, ok, err)
+	}
+	for _, id := range []string{events.OrderID(seq, retry.Nonce), events.OrderID(seq+100, cmd.Nonce), "ord_>", "junk"} {
+		if _, ok, err := c.FindCommand(ctx, id); ok || err != nil {
+			t.Fatalf("find %s: %v %v, want not found", id, ok, err)
+		}
+	}
+}
+
+func TestResults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	j := js(t)
+	r, err := jsstore.OpenResults(ctx, j, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TTL() != jsstore.DefaultTopology().ResultTTL {
+		t.Fatalf("TTL %s", r.TTL())
+	}
+	var updates = make(chan idempotency.Record, 10)
+	stop, err := r.Watch(ctx, func(_ string, rec idempotency.Record) { updates <- rec }, func(string, error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	key := idempotency.KeyHash("t", "k")
+	if _, ok, err := r.Get(ctx, key); ok || err != nil {
+		t.Fatalf("get before: %v %v", ok, err)
+	}
+	mine := idempotency.Pending("ord_a", "fp")
+	if _, won, err := r.Claim(ctx, key, mine); !won || err != nil {
+		t.Fatalf("first claim: %v %v", won, err)
+	}
+	holder, won, err := r.Claim(ctx, key, idempotency.Pending("ord_b", "fp2"))
+	if won || err != nil || holder.OrderID != "ord_a" {
+		t.Fatalf("second claim: %+v %v %v", holder, won, err)
+	}
+	done := idempotency.Record{State: idempotency.StateCompleted, OrderID: "ord_a", Fingerprint: "fp", Status: 201, Body: []byte("{}")}
+	if err := r.Save(ctx, key, done); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := r.Get(ctx, key)
+	if !ok || err != nil || !got.Completed() || got.Stored.IsZero() {
+		t.Fatalf("get after save: %+v %v %v", got, ok, err)
+	}
+	for _, want := range []idempotency.State{idempotency.StatePending, idempotency.StateCompleted} {
+		select {
+		case rec := <-updates:
+			if rec.State != want {
+				t.Fatalf("watch: %s, want %s", rec.State, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("watch did not deliver the %s record", want)
+		}
+	}
+	// A deleted key is claimed again atomically.
+	if err := r.Purge(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, won, err := r.Claim(ctx, key, idempotency.Pending("ord_c", "fp")); !won || err != nil {
+		t.Fatalf("claim after purge: %v %v", won, err)
+	}
+	n := 0
+	if err := r.Snapshot(ctx, func(string, []byte) { n++ }); err != nil || n != 1 {
+		t.Fatalf("snapshot: %d %v", n, err)
+	}
+}
+
+func TestEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	j := js(t)
+	e, err := jsstore.OpenEvents(ctx, j, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decided := make(chan string, 10)
+	stop, err := e.FollowDecisions(ctx, func(id string) { decided <- id })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	id := events.OrderID(7, events.NewNonce())
+	if _, ok, err := e.Event(ctx, id); ok || err != nil {
+		t.Fatalf("event before: %v %v", ok, err)
+	}
+	if err := e.Append(ctx, events.KindCreated, id, []byte(`{"first":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	// A second terminal event of the order is refused, silently: the work is done.
+	if err := e.Append(ctx, events.KindRejected, id, []byte(`{"second":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	data, ok, err := e.Event(ctx, id)
+	if !ok || err != nil || string(data) != `{"first":true}` {
+		t.Fatalf("event: %s %v %v", data, ok, err)
+	}
+	select {
+	case got := <-decided:
+		if got != id {
+			t.Fatalf("followed %s, want %s", got, id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the decision was not followed")
+	}
+	// IDs that are not order IDs never become subjects.
+	for _, bad := range []string{">", "*", "ord_*", "a b", "..", ""} {
+		if _, ok, err := e.Event(ctx, bad); ok || err != nil {
+			t.Fatalf("event %q: %v %v", bad, ok, err)
+		}
+		if err := e.Append(ctx, events.KindCreated, bad, []byte("{}")); err == nil {
+			t.Fatalf("append %q succeeded", bad)
+		}
+	}
+	n := 0
+	if err := e.Each(ctx, func([]byte, uint64) error { n++; return nil }); err != nil || n != 1 {
+		t.Fatalf("each: %d %v", n, err)
+	}
+}
+
+func TestIsUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("decode"), false},
+		{fmt.Errorf("claim: %w", context.DeadlineExceeded), true},
+		{fmt.Errorf("store: %w", nats.ErrTimeout), true},
+		{nats.ErrNoResponders, true},
+		{nats.ErrConnectionClosed, true},
+		{&jetstream.APIError{Code: 500, ErrorCode: 10077, Description: "no space left on device"}, true},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10023}, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10071}, false}, // wrong last sequence: an answer, not a fault
+		{&jetstream.APIError{Code: 400, ErrorCode: 10005}, true},  // no peers yet
+	} {
+		if got := jsstore.IsUnavailable(tc.err); got != tc.want {
+			t.Errorf("IsUnavailable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestConnectGivesUpWithTheContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	port := orderlytest.FreePort(t)
+	if _, err := jsstore.Connect(ctx, jsstore.ConnectConfig{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), Name: "t"}, nil); err == nil {
+		t.Fatal("connected to nothing")
+	}
+}
