@@ -1,20 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"runtime"
-	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/orderly-dev/orderly/internal/bench"
@@ -40,15 +34,6 @@ type BenchCmd struct {
 	Rounds      int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy)."`
 }
 
-type benchReport struct {
-	Date     string            `json:"date"`
-	Machine  string            `json:"machine"`
-	Command  string            `json:"command"`
-	Results  []bench.Result    `json:"results"`
-	Ratios   map[string]string `json:"ratios,omitempty"`
-	Warnings []string          `json:"warnings,omitempty"`
-}
-
 // Run runs the benchmark.
 func (c *BenchCmd) Run(g *globals) error {
 	if c.Waiters > 0 {
@@ -69,75 +54,27 @@ func (c *BenchCmd) Run(g *globals) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	rep := benchReport{
-		Date:    time.Now().UTC().Format(time.RFC3339),
-		Machine: machine(),
-		Command: "orderly " + strings.Join(os.Args[1:], " "),
+	exe, err := os.Executable()
+	if err != nil {
+		return err
 	}
 	mode := "sync"
 	if c.Async {
 		mode = "async"
 	}
-	name := fmt.Sprintf("orderly (%s, %s)", mode, mix)
-	rounds := max(c.Rounds, 1)
-	if !c.Baseline {
-		rounds = 1
-	}
-	var ours, ceilings []bench.Result
-	for round := 1; round <= rounds; round++ {
-		label := name
-		if rounds > 1 {
-			label = fmt.Sprintf("%s #%d", name, round)
-		}
-		fmt.Fprintf(os.Stderr, "%s: %d connections, %s, ~%d-byte orders\n", label, c.Connections, describe(cfg), c.PayloadSize)
-		res, err := bench.Run(g.ctx, label, cfg)
-		if err != nil {
-			return err
-		}
-		ours = append(ours, res)
-		rep.Results = append(rep.Results, res)
-		if !c.Baseline {
-			break
-		}
-		// Work the run left behind (an async backlog) would slow the ceiling down.
-		if err := bench.WaitIdle(g.ctx, c.NATSURL, 5*time.Minute, os.Stderr); err != nil {
-			return err
-		}
-		ceiling, err := c.runCeiling(g.ctx, cfg, round, rounds)
-		if err != nil {
-			return fmt.Errorf("baseline: %w", err)
-		}
-		ceilings = append(ceilings, ceiling)
-		rep.Results = append(rep.Results, ceiling)
-	}
-	if c.Baseline {
-		fmt.Fprintf(os.Stderr, "jetstream sync publish on %s: %d publishers, %s\n", c.NATSURL, c.Connections, describe(cfg))
-		pub, err := bench.PublishRate(g.ctx, bench.PublishConfig{NATSURL: c.NATSURL, Connections: c.Connections,
-			Duration: max(cfg.Duration, 5*time.Second), PayloadSize: c.PayloadSize})
-		if err != nil {
-			return err
-		}
-		rep.Results = append(rep.Results, pub)
-		o, ceil := medianRate(ours), medianRate(ceilings)
-		rep.Ratios = map[string]string{
-			"orderly / gin ceiling":       fmt.Sprintf("%.2f (%.0f / %.0f req/s)", o/ceil, o, ceil),
-			"orderly / jetstream publish": fmt.Sprintf("%.2f (%.0f / %.0f)", o/pub.PerSecond, o, pub.PerSecond),
-		}
-		if rounds > 1 {
-			rep.Ratios["orderly / gin ceiling"] += fmt.Sprintf(", medians of %d rounds", rounds)
-		}
-	}
-	for _, r := range rep.Results {
-		if r.Errors > 0 {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s: %d errors, first: %s", r.Name, r.Errors, r.FirstErr))
-		}
+	rep, err := bench.Compare(g.ctx, bench.CompareConfig{
+		Load: cfg, Name: fmt.Sprintf("orderly (%s, %s)", mode, mix), Baseline: c.Baseline, Rounds: c.Rounds,
+		NATSURL: c.NATSURL, Ceiling: []string{exe, "bench-ceiling-server", "--addr", "127.0.0.1:0"}, Progress: os.Stderr,
+	})
+	if err != nil {
+		return err
 	}
 	if c.JSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	printReport(os.Stdout, rep)
+	rep.Print(os.Stdout)
 	return nil
 }
 
@@ -153,125 +90,12 @@ func (c *BenchCmd) runWaiters(g *globals) error {
 		return enc.Encode(res)
 	}
 	mib := func(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
-	fmt.Printf("\n%s\n%s, %s\n\n", "orderly "+strings.Join(os.Args[1:], " "), machine(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("\n%s\n%s, %s\n\n", "orderly "+strings.Join(os.Args[1:], " "), bench.Machine(), time.Now().UTC().Format(time.RFC3339))
 	fmt.Printf("long polls waiting:   %d (all connected after %.1fs, %d errors)\n", res.Waiters, res.SecondsToConnect, res.Errors)
 	fmt.Printf("server RSS:           %s -> %s  (%.1f KiB per waiter)\n", mib(res.Before.RSSBytes), mib(res.During.RSSBytes), res.RSSPerWaiter/1024)
 	fmt.Printf("server heap in use:   %s -> %s  (%.1f KiB per waiter)\n", mib(res.Before.HeapInuseBytes), mib(res.During.HeapInuseBytes), res.HeapPerWaiter/1024)
 	fmt.Printf("server goroutines:    %.0f -> %.0f  (%.2f per waiter)\n", res.Before.Goroutines, res.During.Goroutines, res.GoroutinesPer)
 	return nil
-}
-
-func medianRate(rs []bench.Result) float64 {
-	v := make([]float64, len(rs))
-	for i, r := range rs {
-		v[i] = r.PerSecond
-	}
-	sort.Float64s(v)
-	if len(v) == 0 {
-		return 0
-	}
-	return v[len(v)/2]
-}
-
-func describe(cfg bench.Config) string {
-	if cfg.Duration > 0 {
-		return cfg.Duration.String()
-	}
-	return fmt.Sprintf("%d requests", cfg.Requests)
-}
-
-// runCeiling starts the bare gin handler in a child process of this binary (so
-// that it stands where orderly stands: another process on the same cores) and
-// runs the same load against it.
-func (c *BenchCmd) runCeiling(ctx context.Context, cfg bench.Config, round, rounds int) (bench.Result, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return bench.Result{}, err
-	}
-	cmd := exec.CommandContext(ctx, exe, "bench-ceiling-server", "--addr", "127.0.0.1:0")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return bench.Result{}, err
-	}
-	if err := cmd.Start(); err != nil {
-		return bench.Result{}, err
-	}
-	defer func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-	}()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return bench.Result{}, fmt.Errorf("ceiling server did not start: %w", err)
-	}
-	cfg.URL = strings.TrimSpace(line)
-	cfg.Mix = bench.Mix{New: 100} // the ceiling has no state: every request is new work
-	name := "gin ceiling (no NATS)"
-	if rounds > 1 {
-		name = fmt.Sprintf("%s #%d", name, round)
-	}
-	fmt.Fprintf(os.Stderr, "%s at %s: %d connections, %s\n", name, cfg.URL, cfg.Connections, describe(cfg))
-	return bench.Run(ctx, name, cfg)
-}
-
-func printReport(w io.Writer, rep benchReport) {
-	fmt.Fprintf(w, "\n%s\n%s, %s\n\n", rep.Command, rep.Machine, rep.Date)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\treq/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\tserver CPU µs/req\trequests\terrors\tstatus\t")
-	for _, r := range rep.Results {
-		var st []string
-		for k, v := range r.Status {
-			st = append(st, fmt.Sprintf("%s:%d", k, v))
-		}
-		cpu := "-"
-		if r.ServerCPUPerRequest > 0 {
-			cpu = fmt.Sprintf("%.0f", r.ServerCPUPerRequest)
-		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t%d\t%s\t\n", r.Name, r.PerSecond,
-			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, cpu, r.Requests, r.Errors, strings.Join(sorted(st), " "))
-	}
-	tw.Flush()
-	if len(rep.Ratios) > 0 {
-		fmt.Fprintln(w)
-		for _, k := range sorted(keys(rep.Ratios)) {
-			fmt.Fprintf(w, "%s: %s\n", k, rep.Ratios[k])
-		}
-	}
-	for _, warn := range rep.Warnings {
-		fmt.Fprintln(w, "warning:", warn)
-	}
-}
-
-func keys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
-func sorted(s []string) []string {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s
-}
-
-func machine() string {
-	cpu := ""
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				_, cpu, _ = strings.Cut(l, ":")
-				cpu = strings.TrimSpace(cpu)
-				break
-			}
-		}
-	}
-	return fmt.Sprintf("%s/%s, %d CPUs, %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpu, runtime.Version())
 }
 
 // CeilingServerCmd serves the bench ceiling handler; orderly bench --baseline

@@ -18,11 +18,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/ops"
 )
 
 // BaselineHandler is the ceiling orderly is measured against: a bare gin
@@ -36,8 +36,12 @@ func BaselineHandler() http.Handler {
 	var seq atomic.Uint64 // stands in for the command's stream sequence
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
-	r.GET("/healthz", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", []byte(`{"status":"ok"}`)) })
+	o, err := ops.NewHandler(ops.Config{}, nil, reg)
+	if err != nil { // a constant configuration: cannot happen
+		panic(err)
+	}
+	r.GET("/metrics", gin.WrapH(o))
+	r.GET("/healthz", gin.WrapH(o))
 	r.POST("/v1/orders", func(c *gin.Context) {
 		key, kerr := api.ParseIdempotencyKey(c.Request.Header.Values("Idempotency-Key"))
 		if kerr != nil {

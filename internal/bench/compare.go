@@ -1,0 +1,212 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// CompareConfig configures Compare: orderly's load, and what it is compared with.
+type CompareConfig struct {
+	// Load is orderly's load.
+	Load Config
+	// Name names orderly's result rows.
+	Name string
+	// Baseline adds the ceiling and the raw JetStream publish rate.
+	Baseline bool
+	// Rounds measures orderly and the ceiling this many times, alternating,
+	// and compares their medians (at least 1; only with Baseline).
+	Rounds int
+	// NATSURL is orderly's NATS: Compare waits there for the backlog to drain
+	// between rounds, and measures the publish rate there.
+	NATSURL string
+	// Ceiling is the command that serves the ceiling handler and prints its
+	// URL on the first line of stdout (orderly bench-ceiling-server).
+	Ceiling []string
+	// Progress receives progress lines.
+	Progress io.Writer
+}
+
+// Report is what Compare measured.
+type Report struct {
+	Date     string            `json:"date"`
+	Machine  string            `json:"machine"`
+	Command  string            `json:"command"`
+	Results  []Result          `json:"results"`
+	Ratios   map[string]string `json:"ratios,omitempty"`
+	Warnings []string          `json:"warnings,omitempty"`
+}
+
+// Compare loads orderly, and with Baseline the ceiling (alternating for
+// Rounds) and the raw publish rate, and reports the results and ratios.
+func Compare(ctx context.Context, cfg CompareConfig) (Report, error) {
+	rep := Report{Date: time.Now().UTC().Format(time.RFC3339), Machine: Machine(), Command: "orderly " + strings.Join(os.Args[1:], " ")}
+	rounds := max(cfg.Rounds, 1)
+	if !cfg.Baseline {
+		rounds = 1
+	}
+	var ours, ceilings []Result
+	for round := 1; round <= rounds; round++ {
+		label := cfg.Name
+		if rounds > 1 {
+			label = fmt.Sprintf("%s #%d", cfg.Name, round)
+		}
+		fmt.Fprintf(cfg.Progress, "%s: %d connections, %s, ~%d-byte orders\n", label, cfg.Load.Connections, Describe(cfg.Load), cfg.Load.PayloadSize)
+		res, err := Run(ctx, label, cfg.Load)
+		if err != nil {
+			return rep, err
+		}
+		ours = append(ours, res)
+		rep.Results = append(rep.Results, res)
+		if !cfg.Baseline {
+			break
+		}
+		// Work the run left behind (an async backlog) would slow the ceiling down.
+		if err := WaitIdle(ctx, cfg.NATSURL, 5*time.Minute, cfg.Progress); err != nil {
+			return rep, err
+		}
+		ceiling, err := runCeiling(ctx, cfg, round, rounds)
+		if err != nil {
+			return rep, fmt.Errorf("baseline: %w", err)
+		}
+		ceilings = append(ceilings, ceiling)
+		rep.Results = append(rep.Results, ceiling)
+	}
+	if cfg.Baseline {
+		fmt.Fprintf(cfg.Progress, "jetstream sync publish on %s: %d publishers, %s\n", cfg.NATSURL, cfg.Load.Connections, Describe(cfg.Load))
+		pub, err := PublishRate(ctx, PublishConfig{NATSURL: cfg.NATSURL, Connections: cfg.Load.Connections,
+			Duration: max(cfg.Load.Duration, 5*time.Second), PayloadSize: cfg.Load.PayloadSize})
+		if err != nil {
+			return rep, err
+		}
+		rep.Results = append(rep.Results, pub)
+		o, ceil := medianRate(ours), medianRate(ceilings)
+		rep.Ratios = map[string]string{
+			"orderly / gin ceiling":       fmt.Sprintf("%.2f (%.0f / %.0f req/s)", o/ceil, o, ceil),
+			"orderly / jetstream publish": fmt.Sprintf("%.2f (%.0f / %.0f)", o/pub.PerSecond, o, pub.PerSecond),
+		}
+		if rounds > 1 {
+			rep.Ratios["orderly / gin ceiling"] += fmt.Sprintf(", medians of %d rounds", rounds)
+		}
+	}
+	for _, r := range rep.Results {
+		if r.Errors > 0 {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s: %d errors, first: %s", r.Name, r.Errors, r.FirstErr))
+		}
+	}
+	return rep, nil
+}
+
+func medianRate(rs []Result) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = r.PerSecond
+	}
+	sort.Float64s(v)
+	if len(v) == 0 {
+		return 0
+	}
+	return v[len(v)/2]
+}
+
+// Describe is the length of a load: its duration or its request count.
+func Describe(cfg Config) string {
+	if cfg.Duration > 0 {
+		return cfg.Duration.String()
+	}
+	return fmt.Sprintf("%d requests", cfg.Requests)
+}
+
+// runCeiling starts the ceiling server as a child process (so that it stands
+// where orderly stands: another process on the same cores) and runs the same
+// load against it.
+func runCeiling(ctx context.Context, cfg CompareConfig, round, rounds int) (Result, error) {
+	if len(cfg.Ceiling) == 0 {
+		return Result{}, fmt.Errorf("no ceiling command")
+	}
+	cmd := exec.CommandContext(ctx, cfg.Ceiling[0], cfg.Ceiling[1:]...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return Result{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return Result{}, fmt.Errorf("ceiling server did not start: %w", err)
+	}
+	load := cfg.Load
+	load.URL = strings.TrimSpace(line)
+	load.Mix = Mix{New: 100} // the ceiling has no state: every request is new work
+	name := "gin ceiling (no NATS)"
+	if rounds > 1 {
+		name = fmt.Sprintf("%s #%d", name, round)
+	}
+	fmt.Fprintf(cfg.Progress, "%s at %s: %d connections, %s\n", name, load.URL, load.Connections, Describe(load))
+	return Run(ctx, name, load)
+}
+
+// Print writes rep as a table.
+func (rep Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "\n%s\n%s, %s\n\n", rep.Command, rep.Machine, rep.Date)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\treq/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\tserver CPU µs/req\trequests\terrors\tstatus\t")
+	for _, r := range rep.Results {
+		var st []string
+		for k, v := range r.Status {
+			st = append(st, fmt.Sprintf("%s:%d", k, v))
+		}
+		slices.Sort(st)
+		cpu := "-"
+		if r.ServerCPUPerRequest > 0 {
+			cpu = fmt.Sprintf("%.0f", r.ServerCPUPerRequest)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t%d\t%s\t\n", r.Name, r.PerSecond,
+			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, cpu, r.Requests, r.Errors, strings.Join(st, " "))
+	}
+	tw.Flush()
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(w)
+		keys := make([]string, 0, len(rep.Ratios))
+		for k := range rep.Ratios {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s: %s\n", k, rep.Ratios[k])
+		}
+	}
+	for _, warn := range rep.Warnings {
+		fmt.Fprintln(w, "warning:", warn)
+	}
+}
+
+// Machine describes this machine: OS, CPUs, CPU model, Go version.
+func Machine() string {
+	cpu := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				_, cpu, _ = strings.Cut(l, ":")
+				cpu = strings.TrimSpace(cpu)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s/%s, %d CPUs, %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpu, runtime.Version())
+}
