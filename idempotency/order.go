@@ -57,6 +57,10 @@ type Rejection struct {
 	DuplicateOf string `json:"duplicate_of,omitempty"`
 }
 
+// render encodes with encoding/json, like the fingerprint: stored responses
+// are compared and replayed byte for byte (rebuilds included), so their
+// encoder is the standard library's, whose output does not change with a
+// faster library's version.
 func render(v OrderView) []byte {
 	b, err := json.Marshal(v)
 	if err != nil { // plain data: cannot happen

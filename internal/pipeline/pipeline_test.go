@@ -36,7 +36,7 @@ func config() pipeline.Config {
 	return pipeline.Config{
 		Name: "test", Stream: events.CommandStream, Consumer: jsstore.ProcessorConsumer,
 		Concurrency: 4, MaxAttempts: 3, Timeout: time.Second, DeadLetterSubject: events.DeadLetterSubject,
-		Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 40 * time.Millisecond},
+		Backoff:      pipeline.Backoff{Base: 10 * time.Millisecond, Max: 40 * time.Millisecond},
 		FaultBackoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 40 * time.Millisecond},
 		CloseTimeout: 5 * time.Second,
 	}
