@@ -19,9 +19,11 @@ import (
 
 // NATSFlags locate NATS.
 type NATSFlags struct {
-	NATSURL     string        `name:"nats-url" env:"ORDERLY_NATS_URL" help:"NATS server URL(s), comma-separated. Empty: start an embedded server (serve only)."`
-	NATSTimeout time.Duration `name:"nats-timeout" env:"ORDERLY_NATS_TIMEOUT" default:"2s" help:"How long an HTTP request waits for each NATS call before it answers 503."`
-	Replicas    int           `name:"replicas" env:"ORDERLY_REPLICAS" default:"1" help:"Replicas of every stream and bucket when they are created (3 on a cluster)."`
+	NATSURL        string        `name:"nats-url" env:"ORDERLY_NATS_URL" help:"NATS server URL(s), comma-separated. Empty: start an embedded server (serve only)."`
+	NATSTimeout    time.Duration `name:"nats-timeout" env:"ORDERLY_NATS_TIMEOUT" default:"2s" help:"How long an HTTP request waits for each NATS call before it answers 503."`
+	Replicas       int           `name:"replicas" env:"ORDERLY_REPLICAS" default:"0" help:"Replicas of the streams, the bucket and the consumers (3 on a cluster). 0: 1 when orderly creates them, and existing ones as they are. A value that differs from the existing streams stops the start, unless --update-topology."`
+	UpdateTopology bool          `name:"update-topology" env:"ORDERLY_UPDATE_TOPOLOGY" help:"Bring existing streams, the bucket and the consumers to this process's settings (windows, retentions, TTL, ack wait, replicas). Without it they are only created when missing, and differences are logged and left alone."`
+	StartupTimeout time.Duration `name:"startup-timeout" env:"ORDERLY_STARTUP_TIMEOUT" default:"2m" help:"How long to wait at start for NATS and JetStream to answer (a cluster that is still forming, a server that starts later)."`
 }
 
 // OrderFlags are the idempotency and HTTP settings.
@@ -30,6 +32,7 @@ type OrderFlags struct {
 	DedupWindow      time.Duration `name:"dedup-window" env:"ORDERLY_DEDUP_WINDOW" default:"2m" help:"Duplicate window of the command stream: the broker drops a retry whose key it stored less than this long ago."`
 	ResultTTL        time.Duration `name:"result-ttl" env:"ORDERLY_RESULT_TTL" default:"24h" help:"How long a stored result answers retries of its key; afterwards the key is free and makes a new order."`
 	CommandRetention time.Duration `name:"command-retention" env:"ORDERLY_COMMAND_RETENTION" default:"72h" help:"How long commands stay stored; a processor outage longer than this loses accepted commands."`
+	EventRetention   time.Duration `name:"event-retention" env:"ORDERLY_EVENT_RETENTION" default:"0s" help:"How long events stay in ORDER_EVENTS; 0 keeps them for ever. At least --result-ttl."`
 	Wait             time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
 	MaxWait          time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
 	BodyLimit        int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
@@ -107,6 +110,8 @@ func (n NATSFlags) apply(cfg *server.Config) {
 	cfg.NATSURL = n.NATSURL
 	cfg.App.RequestTimeout = n.NATSTimeout
 	cfg.Topology.Replicas = n.Replicas
+	cfg.Topology.Update = n.UpdateTopology
+	cfg.StartupTimeout = n.StartupTimeout
 }
 
 func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
@@ -116,6 +121,7 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	cfg.Topology.DedupWindow = c.DedupWindow
 	cfg.Topology.ResultTTL = c.ResultTTL
 	cfg.Topology.CommandRetention = c.CommandRetention
+	cfg.Topology.EventRetention = c.EventRetention
 	cfg.API.Wait = c.Wait
 	cfg.API.MaxWait = c.MaxWait
 	cfg.API.BodyLimit = c.BodyLimit

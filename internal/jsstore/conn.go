@@ -61,12 +61,17 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS %s: %w", url, err)
 	}
+	start, said := time.Now(), time.Now()
 	for !nc.IsConnected() {
 		select {
 		case <-ctx.Done():
 			nc.Close()
 			return nil, fmt.Errorf("connect to NATS %s: %w", url, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Since(said) >= 5*time.Second {
+			said = time.Now()
+			log.Warn("waiting for NATS", "url", url, "waited", time.Since(start).Round(time.Second))
 		}
 	}
 	return nc, nil

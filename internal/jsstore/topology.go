@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,10 +23,28 @@ const (
 	ProjectorConsumer = "projector"
 )
 
-// Topology is the set of streams, buckets and durable consumers orderly runs on.
+// ResultsStream is the stream behind the ORDER_RESULTS bucket.
+const ResultsStream = "KV_" + events.ResultsBucket
+
+// Topology is the set of streams, the bucket and the durable consumers orderly
+// runs on, and how Ensure treats the ones that exist.
+//
+// Fields come in three kinds. Those this version of orderly depends on for
+// correctness (subjects, retention policy, explicit acks, consumers that never
+// give up on a message, reads from the leader when replicated) are always set,
+// to the same values by every orderly process, so no two processes disagree.
+// The tunables (windows, retentions, TTL, ack wait) are this process's
+// configuration: they are used when an object is created; on an existing
+// object a different value is reported and left alone, unless Update is set.
+// Replicas are never changed without Update, and a difference is an error.
 type Topology struct {
-	// Replicas of every stream and bucket: 1 standalone, 3 in a cluster.
+	// Replicas of every stream, the bucket and the consumers: 1 standalone, 3
+	// on a cluster. 0 uses 1 when creating and leaves existing objects as they
+	// are; any other value must match the existing objects, unless Update.
 	Replicas int
+	// Update lets Ensure bring the tunables and the replicas of existing
+	// objects to this configuration (--update-topology).
+	Update bool
 	// DedupWindow is the duplicate window of ORDER_COMMANDS: a retry whose
 	// Nats-Msg-Id was stored less than this long ago is dropped by the broker.
 	DedupWindow time.Duration
@@ -48,7 +68,6 @@ type Topology struct {
 // DefaultTopology is the topology of a standalone orderly.
 func DefaultTopology() Topology {
 	return Topology{
-		Replicas:         1,
 		DedupWindow:      2 * time.Minute,
 		CommandRetention: 72 * time.Hour,
 		ResultTTL:        24 * time.Hour,
@@ -59,8 +78,8 @@ func DefaultTopology() Topology {
 // Validate reports every problem with t.
 func (t Topology) Validate() error {
 	var errs []error
-	if t.Replicas < 1 || t.Replicas > 5 {
-		errs = append(errs, fmt.Errorf("replicas must be 1 to 5, got %d", t.Replicas))
+	if t.Replicas < 0 || t.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas must be 0 (as they are) or 1 to 5, got %d", t.Replicas))
 	}
 	if t.DedupWindow < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("dedup window must be at least 100ms, got %s", t.DedupWindow))
@@ -74,11 +93,23 @@ func (t Topology) Validate() error {
 	if t.EventRetention < 0 || t.DeadLetterRetention < 0 {
 		errs = append(errs, errors.New("retention must not be negative"))
 	}
+	if t.EventRetention > 0 && t.EventRetention < t.ResultTTL {
+		errs = append(errs, fmt.Errorf("event retention (%s) must be at least the result TTL (%s): a stored result needs its event", t.EventRetention, t.ResultTTL))
+	}
 	if t.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("ack wait must be at least 1s, got %s", t.AckWait))
 	}
 	return errors.Join(errs...)
 }
+
+// replicas is the replica count for creating an object.
+func (t Topology) replicas() int { return max(t.Replicas, 1) }
+
+// directReads says whether reads may go to any replica (direct get). A
+// follower may be behind: the API reads a command right after its PubAck and a
+// key's result right before it publishes, so with replicas only the leader
+// answers reads. A single replica is always its own leader.
+func directReads(replicas int) bool { return replicas <= 1 }
 
 // CommandStreamConfig is the configuration of ORDER_COMMANDS.
 func (t Topology) CommandStreamConfig() jetstream.StreamConfig {
@@ -90,9 +121,9 @@ func (t Topology) CommandStreamConfig() jetstream.StreamConfig {
 		MaxAge:      t.CommandRetention,
 		Duplicates:  t.DedupWindow,
 		Storage:     jetstream.FileStorage,
-		Replicas:    t.Replicas,
+		Replicas:    t.replicas(),
 		Discard:     jetstream.DiscardOld,
-		AllowDirect: t.directReads(),
+		AllowDirect: directReads(t.replicas()),
 		MaxMsgSize:  1 << 20,
 		// Batchers may group concurrent commands into atomic batches.
 		AllowAtomicPublish: true,
@@ -112,9 +143,9 @@ func (t Topology) EventStreamConfig() jetstream.StreamConfig {
 		// once, and each remembered ID costs memory.
 		Duplicates:         eventDedupWindow,
 		Storage:            jetstream.FileStorage,
-		Replicas:           t.Replicas,
+		Replicas:           t.replicas(),
 		Discard:            jetstream.DiscardOld,
-		AllowDirect:        t.directReads(),
+		AllowDirect:        directReads(t.replicas()),
 		DenyDelete:         true,
 		DenyPurge:          true,
 		AllowAtomicPublish: true,
@@ -129,30 +160,46 @@ func (t Topology) DeadLetterStreamConfig() jetstream.StreamConfig {
 		Subjects:    []string{events.DeadLetterSubjects},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      t.DeadLetterRetention,
+		// A dead letter's ID is the original's stream and sequence: the window
+		// drops a dead letter written twice for one message, never two messages.
+		Duplicates:  2 * time.Minute,
 		Storage:     jetstream.FileStorage,
-		Replicas:    t.Replicas,
-		AllowDirect: t.directReads(),
+		Replicas:    t.replicas(),
+		AllowDirect: directReads(t.replicas()),
 	}
 }
-
-// directReads says whether reads may go to any replica (direct get). A
-// follower may be behind: the API reads a command right after its PubAck and a
-// key's result right before it publishes, so with replicas only the leader
-// answers reads. A single replica is always its own leader.
-func (t Topology) directReads() bool { return t.Replicas == 1 }
 
 // eventDedupWindow is the duplicate window of ORDER_EVENTS.
 const eventDedupWindow = 10 * time.Second
 
-// ResultsConfig is the configuration of the ORDER_RESULTS bucket.
-func (t Topology) ResultsConfig() jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:      events.ResultsBucket,
-		Description: "hashed tenant-scoped idempotency key -> claim and stored response",
-		TTL:         t.ResultTTL,
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    t.Replicas,
+// ResultsStreamConfig is the configuration of the stream behind the
+// ORDER_RESULTS bucket: what nats.go's CreateKeyValue makes for a bucket with
+// history 1 and TTL ResultTTL, plus atomic publish (for batched writes) and,
+// with replicas, reads from the leader. Ensure creates it with these settings
+// at once, so that nothing is toggled where another process can see it.
+func (t Topology) ResultsStreamConfig() jetstream.StreamConfig {
+	dup := 2 * time.Minute
+	if t.ResultTTL < dup {
+		dup = t.ResultTTL
+	}
+	return jetstream.StreamConfig{
+		Name:               ResultsStream,
+		Description:        "orderly ORDER_RESULTS bucket: hashed tenant-scoped idempotency key -> claim and stored response",
+		Subjects:           []string{resultsSubject + ">"},
+		MaxMsgsPerSubject:  1,
+		MaxBytes:           -1,
+		MaxAge:             t.ResultTTL,
+		MaxMsgSize:         -1,
+		MaxMsgs:            -1,
+		MaxConsumers:       -1,
+		Storage:            jetstream.FileStorage,
+		Replicas:           t.replicas(),
+		AllowRollup:        true,
+		DenyDelete:         true,
+		Duplicates:         dup,
+		AllowDirect:        directReads(t.replicas()),
+		Discard:            jetstream.DiscardNew,
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -160,72 +207,193 @@ func (t Topology) ResultsConfig() jetstream.KeyValueConfig {
 // never gives up on a command by itself: the processor's pipeline decides
 // when a command is poison, and acks it only once it is dead-lettered.
 func (t Topology) ProcessorConsumerConfig() jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:       ProcessorConsumer,
-		Description:   "orderly processors: CreateOrder -> OrderCreated | OrderRejected",
-		FilterSubject: events.CommandSubject,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       t.AckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: 4096,
-		Replicas:      t.Replicas,
-	}
+	return t.consumer(ProcessorConsumer, "orderly processors: CreateOrder -> OrderCreated | OrderRejected", events.CommandSubject)
 }
 
 // ProjectorConsumerConfig is the durable consumer the projectors share. It never
 // gives up on an event: a read model that skipped one would be wrong for ever.
 func (t Topology) ProjectorConsumerConfig() jetstream.ConsumerConfig {
+	return t.consumer(ProjectorConsumer, "orderly projectors: events -> ORDER_RESULTS", events.EventSubjects)
+}
+
+func (t Topology) consumer(name, description, filter string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       ProjectorConsumer,
-		Description:   "orderly projectors: events -> ORDER_RESULTS",
-		FilterSubject: events.EventSubjects,
+		Durable:       name,
+		Description:   description,
+		FilterSubject: filter,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       t.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 4096,
-		Replicas:      t.Replicas,
+		Replicas:      t.replicas(),
 	}
 }
 
-// Ensure creates every stream, bucket and consumer, or updates it to t. It is
-// idempotent: every start of orderly calls it.
-func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) error {
+// ErrReplicas is returned by Ensure when --replicas differs from the existing
+// objects and Update is not set.
+var ErrReplicas = errors.New("replicas differ from the existing streams")
+
+// Ensure creates every stream, the bucket and every consumer that is
+// missing, and brings the existing ones to what this version of orderly needs
+// (see Topology). It makes no call for an object that is already right, so
+// any number of processes may run it at once. It is idempotent: every start
+// of orderly calls it.
+func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	for _, cfg := range []jetstream.StreamConfig{t.CommandStreamConfig(), t.EventStreamConfig(), t.DeadLetterStreamConfig()} {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("stream %s: %w", cfg.Name, err)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	for _, want := range []jetstream.StreamConfig{t.CommandStreamConfig(), t.EventStreamConfig(), t.DeadLetterStreamConfig(), t.ResultsStreamConfig()} {
+		if err := t.ensureStream(ctx, js, want, logger); err != nil {
+			return fmt.Errorf("stream %s: %w", want.Name, err)
 		}
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, t.ResultsConfig()); err != nil {
-		return fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
-	}
-	// The bucket's stream must accept atomic batches too, and read from the
-	// leader when replicated; the KV API has no setting for either.
-	kvStream, err := js.Stream(ctx, "KV_"+events.ResultsBucket)
-	if err != nil {
-		return fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
-	}
-	if cfg := kvStream.CachedInfo().Config; !cfg.AllowAtomicPublish || cfg.AllowDirect != t.directReads() {
-		cfg.AllowAtomicPublish, cfg.AllowDirect = true, t.directReads()
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("bucket %s: stream settings: %w", events.ResultsBucket, err)
-		}
-	}
-	consumers := []struct {
+	for _, c := range []struct {
 		stream string
-		cfg    jetstream.ConsumerConfig
+		want   jetstream.ConsumerConfig
 	}{
 		{events.CommandStream, t.ProcessorConsumerConfig()},
 		{events.EventStream, t.ProjectorConsumerConfig()},
-	}
-	for _, c := range consumers {
-		if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
-			return fmt.Errorf("consumer %s on %s: %w", c.cfg.Durable, c.stream, err)
+	} {
+		if err := t.ensureConsumer(ctx, js, c.stream, c.want, logger); err != nil {
+			return fmt.Errorf("consumer %s on %s: %w", c.want.Durable, c.stream, err)
 		}
 	}
 	return nil
+}
+
+// field is one setting of an existing object: whether it differs from what
+// this process wants, and how to take the wanted value.
+type field struct {
+	name      string
+	differs   bool
+	have, got any
+	apply     func()
+}
+
+// reconcile applies the required fields always and the tunables only with
+// Update (else it logs them); it reports whether anything changed.
+func (t Topology) reconcile(object string, required, tunable []field, logger *slog.Logger) bool {
+	changed := false
+	for _, f := range required {
+		if f.differs {
+			f.apply()
+			changed = true
+			logger.Info("topology: setting a field orderly needs", "object", object, "field", f.name, "from", f.have, "to", f.got)
+		}
+	}
+	for _, f := range tunable {
+		if !f.differs {
+			continue
+		}
+		if !t.Update {
+			logger.Warn("topology: existing setting differs from this process's configuration; left as it is (--update-topology changes it)",
+				"object", object, "field", f.name, "existing", f.have, "configured", f.got)
+			continue
+		}
+		f.apply()
+		changed = true
+		logger.Info("topology: updating", "object", object, "field", f.name, "from", f.have, "to", f.got)
+	}
+	return changed
+}
+
+// checkReplicas reports ErrReplicas when a replica count was asked for, differs
+// from the existing one, and Update is not set.
+func (t Topology) checkReplicas(object string, existing int) error {
+	if t.Replicas == 0 || t.Replicas == existing || t.Update {
+		return nil
+	}
+	return fmt.Errorf("%w: %s has %d, this process asks for %d; pass --update-topology to change it, or --replicas %d",
+		ErrReplicas, object, existing, t.Replicas, existing)
+}
+
+func (t Topology) ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, logger *slog.Logger) error {
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, want); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		} else if err == nil {
+			logger.Info("topology: created stream", "stream", want.Name, "replicas", want.Replicas)
+			return nil
+		}
+		// Another process created it a moment ago: treat it as existing.
+		if s, err = js.Stream(ctx, want.Name); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	have := s.CachedInfo().Config
+	if err := t.checkReplicas(want.Name, have.Replicas); err != nil {
+		return err
+	}
+	next := have
+	replicas := have.Replicas
+	if t.Update && t.Replicas > 0 {
+		replicas = t.Replicas
+	}
+	required := []field{
+		{"subjects", !slices.Equal(have.Subjects, want.Subjects), have.Subjects, want.Subjects, func() { next.Subjects = want.Subjects }},
+		{"retention", have.Retention != want.Retention, have.Retention, want.Retention, func() { next.Retention = want.Retention }},
+		{"allow_direct", have.AllowDirect != directReads(replicas), have.AllowDirect, directReads(replicas), func() { next.AllowDirect = directReads(replicas) }},
+		{"allow_atomic", have.AllowAtomicPublish != want.AllowAtomicPublish, have.AllowAtomicPublish, want.AllowAtomicPublish, func() { next.AllowAtomicPublish = want.AllowAtomicPublish }},
+		{"deny_delete", want.DenyDelete && !have.DenyDelete, have.DenyDelete, true, func() { next.DenyDelete = true }},
+		{"deny_purge", want.DenyPurge && !have.DenyPurge, have.DenyPurge, true, func() { next.DenyPurge = true }},
+		{"max_msgs_per_subject", want.MaxMsgsPerSubject != 0 && have.MaxMsgsPerSubject != want.MaxMsgsPerSubject, have.MaxMsgsPerSubject, want.MaxMsgsPerSubject, func() { next.MaxMsgsPerSubject = want.MaxMsgsPerSubject }},
+	}
+	tunable := []field{
+		{"max_age", have.MaxAge != want.MaxAge, have.MaxAge, want.MaxAge, func() { next.MaxAge = want.MaxAge }},
+		{"duplicate_window", have.Duplicates != want.Duplicates, have.Duplicates, want.Duplicates, func() { next.Duplicates = want.Duplicates }},
+		{"replicas", t.Replicas > 0 && have.Replicas != t.Replicas, have.Replicas, t.Replicas, func() { next.Replicas = t.Replicas }},
+	}
+	if !t.reconcile(want.Name, required, tunable, logger) {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, next)
+	return err
+}
+
+func (t Topology) ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig, logger *slog.Logger) error {
+	c, err := js.Consumer(ctx, stream, want.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// CreateConsumer succeeds when an identical consumer exists, so two
+		// processes creating it at once both succeed.
+		if _, err := js.CreateConsumer(ctx, stream, want); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+			return err
+		} else if err == nil {
+			logger.Info("topology: created consumer", "stream", stream, "consumer", want.Durable, "replicas", want.Replicas)
+			return nil
+		}
+		if c, err = js.Consumer(ctx, stream, want.Durable); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	have := c.CachedInfo().Config
+	object := stream + "/" + want.Durable
+	// A consumer's replicas follow its stream's when 0.
+	haveReplicas := have.Replicas
+	if err := t.checkReplicas(object, max(haveReplicas, 0)); err != nil && haveReplicas != 0 {
+		return err
+	}
+	next := have
+	required := []field{
+		{"filter_subject", have.FilterSubject != want.FilterSubject, have.FilterSubject, want.FilterSubject, func() { next.FilterSubject = want.FilterSubject }},
+		{"ack_policy", have.AckPolicy != want.AckPolicy, have.AckPolicy, want.AckPolicy, func() { next.AckPolicy = want.AckPolicy }},
+		{"max_deliver", have.MaxDeliver != want.MaxDeliver, have.MaxDeliver, want.MaxDeliver, func() { next.MaxDeliver = want.MaxDeliver }},
+	}
+	tunable := []field{
+		{"ack_wait", have.AckWait != want.AckWait, have.AckWait, want.AckWait, func() { next.AckWait = want.AckWait }},
+		{"replicas", t.Replicas > 0 && haveReplicas != 0 && haveReplicas != t.Replicas, haveReplicas, t.Replicas, func() { next.Replicas = t.Replicas }},
+	}
+	if !t.reconcile(object, required, tunable, logger) {
+		return nil
+	}
+	_, err = js.UpdateConsumer(ctx, stream, next)
+	return err
 }

@@ -44,7 +44,7 @@ func JetStreamWith(tb testing.TB, fsync natsserver.Fsync, topology jsstore.Topol
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := topology.Ensure(ctx, js); err != nil {
+	if err := topology.Ensure(ctx, js, nil); err != nil {
 		tb.Fatal(err)
 	}
 	return js
@@ -55,10 +55,35 @@ func JetStreamWith(tb testing.TB, fsync natsserver.Fsync, topology jsstore.Topol
 // comma-separated. stop(i) shuts node i down; everything stops when the test ends.
 func Cluster(tb testing.TB, n int) (urls string, stop func(i int)) {
 	tb.Helper()
-	clientPorts, routePorts := make([]int, n), make([]int, n)
-	for i := range clientPorts {
-		clientPorts[i], routePorts[i] = FreePort(tb), FreePort(tb)
+	return ClusterAt(tb, ClusterPorts(tb, n))
+}
+
+// Ports are the client and route ports of a cluster's nodes.
+type Ports struct{ Client, Route []int }
+
+// ClusterPorts picks free ports for an n-node cluster.
+func ClusterPorts(tb testing.TB, n int) Ports {
+	p := Ports{Client: make([]int, n), Route: make([]int, n)}
+	for i := range p.Client {
+		p.Client[i], p.Route[i] = FreePort(tb), FreePort(tb)
 	}
+	return p
+}
+
+// URLs are the client URLs of the ports, comma-separated.
+func (p Ports) URLs() string {
+	list := make([]string, len(p.Client))
+	for i, port := range p.Client {
+		list[i] = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	}
+	return strings.Join(list, ",")
+}
+
+// ClusterAt is Cluster on the given ports.
+func ClusterAt(tb testing.TB, ports Ports) (urls string, stop func(i int)) {
+	tb.Helper()
+	n := len(ports.Client)
+	clientPorts, routePorts := ports.Client, ports.Route
 	nodes := make([]*server.Server, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -98,9 +123,5 @@ func Cluster(tb testing.TB, n int) (urls string, stop func(i int)) {
 			tb.Fatalf("cluster node %d: %v", i, err)
 		}
 	}
-	list := make([]string, n)
-	for i, p := range clientPorts {
-		list[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
-	}
-	return strings.Join(list, ","), stop
+	return ports.URLs(), stop
 }

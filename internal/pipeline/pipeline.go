@@ -191,7 +191,7 @@ func wmLogger(logger *slog.Logger) watermill.LoggerAdapter {
 // Run consumes until Close. It returns once the router stopped; an error when
 // the consumer is missing or would let the server drop messages.
 func (p *Pipeline) Run(ctx context.Context) error {
-	cons, err := p.js.Consumer(ctx, p.cfg.Stream, p.cfg.Consumer)
+	cons, err := p.consumer(ctx)
 	if err != nil {
 		return fmt.Errorf("pipeline %s: consumer %s on %s: %w", p.cfg.Name, p.cfg.Consumer, p.cfg.Stream, err)
 	}
@@ -210,6 +210,27 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.sub = &subscriber{p: p, cons: cons, done: make(chan struct{})}
 	p.router.AddConsumerHandler(p.cfg.Name, p.cfg.Stream, p.sub, p.handle)
 	return p.router.Run(ctx)
+}
+
+// consumer looks the consumer up, retrying while JetStream is unavailable (a
+// cluster that is still electing leaders) until ctx ends or Close.
+func (p *Pipeline) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cons, err := p.js.Consumer(cctx, p.cfg.Stream, p.cfg.Consumer)
+		cancel()
+		if err == nil || !jsstore.IsUnavailable(err) {
+			return cons, err
+		}
+		p.logger.Warn("waiting for the consumer", "consumer", p.cfg.Consumer, "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-p.closing:
+			return nil, errors.New("closed")
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Running is closed once the pipeline consumes.

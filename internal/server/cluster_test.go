@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
+	"github.com/orderly-dev/orderly/internal/server"
 )
 
 // TestClusterR3 runs two orderly processes against a three-node NATS cluster
@@ -112,6 +114,104 @@ func TestClusterR3(t *testing.T) {
 	for key := range accepted {
 		if n := counts[idempotency.KeyHash(api.DefaultTenant, key)]; n != 1 {
 			t.Fatalf("%s: %d orders", key, n)
+		}
+	}
+}
+
+// TestAPIsStartedTogetherWithAFreshClusterAllServe: three API processes
+// started at once against a fresh three-node cluster (as docker compose does),
+// three times over: every one of them serves. Nothing a starting process does
+// may break another (a bucket setting toggled on and off did).
+func TestAPIsStartedTogetherWithAFreshClusterAllServe(t *testing.T) {
+	t.Parallel()
+	for round := 0; round < 3; round++ {
+		urls, _ := orderlytest.Cluster(t, 3)
+		cfgs := make([]server.Config, 4)
+		for i := range cfgs {
+			cfgs[i] = orderlytest.Config(t)
+			cfgs[i].NATSURL = urls
+			cfgs[i].Topology.Replicas = 3
+			cfgs[i].Roles = server.Roles{API: true}
+		}
+		cfgs[3].Roles = server.Roles{Processor: true, Projector: true}
+		insts := make([]*orderlytest.Instance, len(cfgs))
+		var wg sync.WaitGroup
+		for i := range cfgs {
+			wg.Add(1)
+			go func() { defer wg.Done(); insts[i] = orderlytest.Start(t, cfgs[i]) }()
+		}
+		wg.Wait()
+		for i, inst := range insts[:3] {
+			if inst == nil {
+				t.FailNow()
+			}
+			key := fmt.Sprintf("together-%d-%d", round, i)
+			if r := inst.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+				t.Fatalf("round %d, API %d: %d %s", round, i, r.Status, r.Body)
+			}
+		}
+	}
+}
+
+// TestRoleStartedBeforeTheClusterWaits: a role started while no NATS answers
+// waits (logging its progress) and serves once the cluster is up.
+func TestRoleStartedBeforeTheClusterWaits(t *testing.T) {
+	t.Parallel()
+	ports := orderlytest.ClusterPorts(t, 3)
+	cfg := orderlytest.Config(t)
+	cfg.NATSURL = ports.URLs()
+	cfg.Topology.Replicas = 3
+	started := make(chan *orderlytest.Instance, 1)
+	go func() { started <- orderlytest.Start(t, cfg) }()
+	time.Sleep(2 * time.Second)
+	select {
+	case <-started:
+		t.Fatal("started without NATS")
+	default:
+	}
+	orderlytest.ClusterAt(t, ports)
+	var inst *orderlytest.Instance
+	select {
+	case inst = <-started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the role did not start once the cluster was up")
+	}
+	if r := inst.PostOrder(t, "late-cluster", orderlytest.Order("c-1"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+}
+
+// TestRoleWithoutReplicasChangesNothing: a role started without --replicas
+// against R3 streams leaves them, the bucket and the consumers at R3.
+func TestRoleWithoutReplicasChangesNothing(t *testing.T) {
+	t.Parallel()
+	urls, _ := orderlytest.Cluster(t, 3)
+	first := orderlytest.Config(t)
+	first.NATSURL = urls
+	first.Topology.Replicas = 3
+	a := orderlytest.Start(t, first)
+	second := orderlytest.Config(t)
+	second.NATSURL = urls
+	second.Roles = server.Roles{Processor: true}
+	orderlytest.Start(t, second)
+	js := a.JetStream(t)
+	ctx := context.Background()
+	for _, name := range []string{events.CommandStream, events.EventStream, events.DeadLetterStream, "KV_" + events.ResultsBucket} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := s.CachedInfo().Config; cfg.Replicas != 3 {
+			t.Fatalf("%s: R%d after a role without --replicas", name, cfg.Replicas)
+		}
+	}
+	for stream, name := range map[string]string{events.CommandStream: "processor", events.EventStream: "projector"} {
+		c, err := js.Consumer(ctx, stream, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := c.CachedInfo().Config.Replicas; r != 3 {
+			t.Fatalf("consumer %s: R%d", name, r)
 		}
 	}
 }

@@ -84,6 +84,9 @@ type Config struct {
 	ProcessorHooks processor.Hooks
 	// Ops configures the operational endpoints.
 	Ops ops.Config
+	// StartupTimeout bounds how long Start waits for NATS and JetStream to
+	// answer (a cluster that is still forming, a server that starts later).
+	StartupTimeout time.Duration
 	// ShutdownTimeout bounds Shutdown.
 	ShutdownTimeout time.Duration
 	// PprofAddr, when set, serves net/http/pprof there (never on the API's port).
@@ -117,6 +120,7 @@ func DefaultConfig() Config {
 			Name: "projector", Stream: events.EventStream, Consumer: jsstore.ProjectorConsumer,
 			Concurrency: 16,
 		},
+		StartupTimeout:  2 * time.Minute,
 		ShutdownTimeout: 40 * time.Second,
 	}
 }
@@ -152,8 +156,8 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Topology.Validate())
-	if c.ShutdownTimeout <= 0 {
-		errs = append(errs, errors.New("shutdown timeout must be positive"))
+	if c.ShutdownTimeout <= 0 || c.StartupTimeout <= 0 {
+		errs = append(errs, errors.New("startup and shutdown timeouts must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -273,7 +277,7 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 			ccfg.InProcess = ns
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.StartupTimeout)
 	defer cancel()
 	nc, err := jsstore.Connect(cctx, ccfg, s.logger)
 	if err != nil {
@@ -284,12 +288,14 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 }
 
 // ensureTopology sets the topology up, retrying with backoff while JetStream
-// is unavailable (a cluster that is still forming), for up to a minute.
+// is unavailable (a cluster that is still forming), up to StartupTimeout.
 func (s *Server) ensureTopology(ctx context.Context, js jetstream.JetStream) error {
-	deadline := time.Now().Add(time.Minute)
+	start := time.Now()
+	deadline := start.Add(s.cfg.StartupTimeout)
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := s.cfg.Topology.Ensure(tctx, js)
+		// A forming cluster sometimes drops a request; retry it soon.
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.cfg.Topology.Ensure(tctx, js, s.logger)
 		cancel()
 		if err == nil {
 			return nil
@@ -297,7 +303,7 @@ func (s *Server) ensureTopology(ctx context.Context, js jetstream.JetStream) err
 		if !jsstore.IsUnavailable(err) || time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("topology: %w", err)
 		}
-		s.logger.Warn("JetStream not ready for the topology yet; retrying", "in", wait, "err", err)
+		s.logger.Warn("waiting for JetStream to take the topology", "waited", time.Since(start).Round(time.Second), "retry_in", wait, "err", err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("topology: %w", ctx.Err())
@@ -458,8 +464,8 @@ func (s *Server) run(ctx context.Context, js jetstream.JetStream, cfg pipeline.C
 		return nil
 	case err := <-errc:
 		return err
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("%s did not start within 30s", cfg.Name)
+	case <-time.After(s.cfg.StartupTimeout):
+		return fmt.Errorf("%s did not start within %s", cfg.Name, s.cfg.StartupTimeout)
 	}
 }
 

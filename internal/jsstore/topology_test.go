@@ -1,0 +1,232 @@
+package jsstore_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsserver"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// counting counts the calls that change streams and consumers.
+type counting struct {
+	jetstream.JetStream
+	changes atomic.Int32
+}
+
+func (c *counting) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	c.changes.Add(1)
+	return c.JetStream.CreateStream(ctx, cfg)
+}
+
+func (c *counting) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	c.changes.Add(1)
+	return c.JetStream.UpdateStream(ctx, cfg)
+}
+
+func (c *counting) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c.changes.Add(1)
+	return c.JetStream.CreateConsumer(ctx, stream, cfg)
+}
+
+func (c *counting) UpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c.changes.Add(1)
+	return c.JetStream.UpdateConsumer(ctx, stream, cfg)
+}
+
+// bare starts an embedded server without orderly's topology.
+func bare(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	ns, err := natsserver.Start(context.Background(), natsserver.Config{ServerName: "t", StoreDir: t.TempDir(), Fsync: natsserver.Fsync{Interval: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect("", nats.InProcessServer(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func streamConfig(t *testing.T, js jetstream.JetStream, name string) jetstream.StreamConfig {
+	t.Helper()
+	s, err := js.Stream(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().Config
+}
+
+// TestEnsureCreatesOnceThenChangesNothing: the first run creates everything,
+// the next makes no call that changes anything, and the bucket binds as a KV.
+func TestEnsureCreatesOnceThenChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := &counting{JetStream: bare(t)}
+	topo := jsstore.DefaultTopology()
+	if err := topo.Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := js.changes.Load(); n != 6 {
+		t.Fatalf("%d creates, want 4 streams and 2 consumers", n)
+	}
+	js.changes.Store(0)
+	for i := 0; i < 3; i++ {
+		if err := topo.Ensure(ctx, js, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := js.changes.Load(); n != 0 {
+		t.Fatalf("%d changes to a topology that was right", n)
+	}
+	if _, err := jsstore.OpenResults(ctx, js, js); err != nil {
+		t.Fatalf("the bucket does not bind: %v", err)
+	}
+	cfg := streamConfig(t, js, jsstore.ResultsStream)
+	if cfg.MaxAge != topo.ResultTTL || !cfg.AllowDirect || !cfg.AllowAtomicPublish || cfg.MaxMsgsPerSubject != 1 {
+		t.Fatalf("bucket stream: %+v", cfg)
+	}
+}
+
+// TestEnsureLeavesTunablesAndForeignFieldsAlone: a process with other windows
+// changes nothing unless --update-topology; fields orderly does not own (a
+// size limit an operator set) survive an update.
+func TestEnsureLeavesTunablesAndForeignFieldsAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := &counting{JetStream: bare(t)}
+	if err := jsstore.DefaultTopology().Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := streamConfig(t, js, events.EventStream)
+	cfg.MaxBytes = 1 << 30 // an operator's limit
+	if _, err := js.JetStream.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	other := jsstore.DefaultTopology()
+	other.DedupWindow = 5 * time.Minute
+	other.ResultTTL = 48 * time.Hour
+	js.changes.Store(0)
+	if err := other.Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := js.changes.Load(); n != 0 || streamConfig(t, js, events.CommandStream).Duplicates != 2*time.Minute {
+		t.Fatalf("%d changes without --update-topology", n)
+	}
+	other.Update = true
+	if err := other.Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := streamConfig(t, js, events.CommandStream).Duplicates; d != 5*time.Minute {
+		t.Fatalf("window %s after --update-topology", d)
+	}
+	if ttl := streamConfig(t, js, jsstore.ResultsStream).MaxAge; ttl != 48*time.Hour {
+		t.Fatalf("TTL %s after --update-topology", ttl)
+	}
+	if mb := streamConfig(t, js, events.EventStream).MaxBytes; mb != 1<<30 {
+		t.Fatalf("the operator's limit was lost: %d", mb)
+	}
+}
+
+// TestEnsureSetsWhatOrderlyNeeds: a consumer left by an older orderly that
+// bounds deliveries is fixed without any flag: the pipeline needs -1.
+func TestEnsureSetsWhatOrderlyNeeds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := bare(t)
+	topo := jsstore.DefaultTopology()
+	if err := topo.Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	old := topo.ProcessorConsumerConfig()
+	old.MaxDeliver = 10
+	if _, err := js.UpdateConsumer(ctx, events.CommandStream, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer)
+	if err != nil || c.CachedInfo().Config.MaxDeliver != -1 {
+		t.Fatalf("max deliver after Ensure: %+v %v", c.CachedInfo().Config.MaxDeliver, err)
+	}
+}
+
+// TestEnsureNeverChangesReplicasSilently on a three-node cluster: a process
+// without --replicas leaves R3 as it is; one with another count is refused;
+// --update-topology changes it.
+func TestEnsureNeverChangesReplicasSilently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	urls, _ := orderlytest.Cluster(t, 3)
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3 := jsstore.DefaultTopology()
+	r3.Replicas = 3
+	// Three processes at once against the fresh cluster: all succeed.
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				errs[i] = r3.Ensure(ctx, js, nil)
+				if errs[i] == nil || !jsstore.IsUnavailable(errs[i]) || time.Now().After(deadline) {
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("process %d: %v", i, err)
+		}
+	}
+	unset := jsstore.DefaultTopology() // a role started without --replicas
+	if err := unset.Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{events.CommandStream, events.EventStream, events.DeadLetterStream, jsstore.ResultsStream} {
+		if cfg := streamConfig(t, js, name); cfg.Replicas != 3 || cfg.AllowDirect {
+			t.Fatalf("%s after a role without --replicas: R%d, direct %v", name, cfg.Replicas, cfg.AllowDirect)
+		}
+	}
+	c, err := js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer)
+	if err != nil || c.CachedInfo().Config.Replicas != 3 {
+		t.Fatalf("consumer replicas %d %v", c.CachedInfo().Config.Replicas, err)
+	}
+	r1 := jsstore.DefaultTopology()
+	r1.Replicas = 1
+	if err := r1.Ensure(ctx, js, nil); !errors.Is(err, jsstore.ErrReplicas) {
+		t.Fatalf("--replicas 1 against R3: %v, want ErrReplicas", err)
+	}
+	if cfg := streamConfig(t, js, events.CommandStream); cfg.Replicas != 3 {
+		t.Fatalf("refused, yet R%d", cfg.Replicas)
+	}
+}
