@@ -59,7 +59,7 @@ const order = `{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","q
 func handler(t *testing.T, cfg api.Config, svc api.Service) http.Handler {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	o, err := ops.NewHandler(ops.Config{}, nil, reg)
+	o, err := ops.NewHandler(ops.Config{}, nil, nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

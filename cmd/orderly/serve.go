@@ -49,10 +49,12 @@ type OrderFlags struct {
 type ServeCmd struct {
 	NATSFlags
 	OrderFlags
-	DataDir    string   `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data."`
-	NATSListen string   `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services; empty: in-process only."`
-	Roles      []string `name:"roles" env:"ORDERLY_ROLES" default:"api,processor,projector" enum:"api,processor,projector" help:"Components to run in this process: api, processor, projector."`
-	Fsync      string   `name:"fsync" env:"ORDERLY_FSYNC" default:"1s" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002."`
+	DataDir         string        `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data."`
+	NATSListen      string        `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services; empty: in-process only."`
+	Roles           []string      `name:"roles" env:"ORDERLY_ROLES" default:"api,processor,projector" enum:"api,processor,projector" help:"Components to run in this process: api, processor, projector."`
+	Fsync           string        `name:"fsync" env:"ORDERLY_FSYNC" default:"1s" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002."`
+	MinFreeSpace    string        `name:"min-free-space" env:"ORDERLY_MIN_FREE_SPACE" default:"256MiB" help:"Free space of the data directory's file system below which new orders are refused (503, not ready) while accepted ones are still decided (down to half of it), so that the store never runs out of space. 0 turns the guard off."`
+	StoreFaultGrace time.Duration `name:"store-fault-grace" env:"ORDERLY_STORE_FAULT_GRACE" default:"30s" help:"After a critical write error (a full disk the guard did not prevent, a failing disk, no file descriptors) the embedded store writes again only after a restart: orderly reports not ready at once and, after this grace, fails /healthz and exits with status 1 so that its supervisor restarts it."`
 }
 
 // Run runs orderly serve.
@@ -78,6 +80,12 @@ func (c *ServeCmd) Run(g *globals) error {
 	if cfg.Fsync, err = natsserver.ParseFsync(c.Fsync); err != nil {
 		return err
 	}
+	if c.MinFreeSpace == "0" {
+		cfg.MinFreeSpace = 0
+	} else if cfg.MinFreeSpace, err = parseBytes(c.MinFreeSpace); err != nil {
+		return fmt.Errorf("--min-free-space: %w", err)
+	}
+	cfg.StoreFaultGrace = c.StoreFaultGrace
 
 	return runServer(g, cfg, c.MemoryLimit)
 }

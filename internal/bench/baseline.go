@@ -36,7 +36,7 @@ func BaselineHandler() http.Handler {
 	var seq atomic.Uint64 // stands in for the command's stream sequence
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	o, err := ops.NewHandler(ops.Config{}, nil, reg)
+	o, err := ops.NewHandler(ops.Config{}, nil, nil, reg)
 	if err != nil { // a constant configuration: cannot happen
 		panic(err)
 	}

@@ -66,7 +66,8 @@ func IsUnavailable(err error) bool {
 		return unavailableCodes[apiErr.ErrorCode] || apiErr.Code == 503
 	}
 	var netErr net.Error
-	return errors.Is(err, context.DeadlineExceeded) ||
+	return errors.Is(err, ErrStorageLow) ||
+		errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrConnectionClosed) ||

@@ -75,6 +75,14 @@ type Config struct {
 	Cluster *ClusterConfig
 	// Logger receives the server's log; nil silences it.
 	Logger *slog.Logger
+	// MaxStore bounds JetStream's file storage, in bytes. 0 leaves nats-server's
+	// default: 75% of the free space of StoreDir's file system when the server
+	// starts, fixed until it restarts (so a disk that grows does not help, and
+	// one that shrinks is not seen).
+	MaxStore int64
+	// OnError, when set, is called with every error the server logs (for
+	// example "Filestore [ORDER_EVENTS] Critical write error: ...").
+	OnError func(msg string)
 }
 
 // Validate reports every problem with the config.
@@ -124,12 +132,13 @@ func Start(ctx context.Context, cfg Config) (*server.Server, error) {
 		return nil, err
 	}
 	opts := &server.Options{
-		ServerName:   cfg.ServerName,
-		JetStream:    true,
-		StoreDir:     cfg.StoreDir,
-		SyncAlways:   cfg.Fsync.Always,
-		SyncInterval: cfg.Fsync.Interval,
-		NoSigs:       true,
+		ServerName:        cfg.ServerName,
+		JetStream:         true,
+		StoreDir:          cfg.StoreDir,
+		SyncAlways:        cfg.Fsync.Always,
+		SyncInterval:      cfg.Fsync.Interval,
+		NoSigs:            true,
+		JetStreamMaxStore: cfg.MaxStore,
 		// The server's own limit on pending bytes per client is generous; a slow
 		// in-process client must not be cut off under load.
 		MaxPending: 256 << 20,
@@ -165,8 +174,12 @@ func Start(ctx context.Context, cfg Config) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
-	if cfg.Logger != nil {
-		ns.SetLoggerV2(slogAdapter{cfg.Logger.With("component", "nats-server")}, false, false, false)
+	if cfg.Logger != nil || cfg.OnError != nil {
+		l := cfg.Logger
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		ns.SetLoggerV2(slogAdapter{l: l.With("component", "nats-server"), onError: cfg.OnError}, false, false, false)
 	}
 	ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
@@ -209,13 +222,23 @@ func waitJetStream(ctx context.Context, ns *server.Server) error {
 	}
 }
 
-type slogAdapter struct{ l *slog.Logger }
+type slogAdapter struct {
+	l       *slog.Logger
+	onError func(string)
+}
 
 // Noticef logs at debug: the server's notices (banner, start-up, shutdown) are
 // noise in orderly's log; its warnings and errors are not.
 func (a slogAdapter) Noticef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
-func (a slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
-func (a slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Fatalf(format string, v ...any)  { a.error(fmt.Sprintf(format, v...)) }
+func (a slogAdapter) Errorf(format string, v ...any)  { a.error(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Tracef(format string, v ...any)  {}
+
+func (a slogAdapter) error(msg string) {
+	a.l.Error(msg)
+	if a.onError != nil {
+		a.onError(msg)
+	}
+}

@@ -62,18 +62,21 @@ const (
 type Handler struct {
 	cfg     Config
 	checks  []Check
+	live    []Check
 	metrics http.Handler
 	mux     *http.ServeMux
 }
 
-// NewHandler returns the handler; gatherer is what /metrics serves.
-func NewHandler(cfg Config, checks []Check, gatherer prometheus.Gatherer) (*Handler, error) {
+// NewHandler returns the handler; ready are the readiness checks, live the
+// liveness checks (a failing one means the process cannot recover on its own
+// and should be restarted), gatherer is what /metrics serves.
+func NewHandler(cfg Config, ready, live []Check, gatherer prometheus.Gatherer) (*Handler, error) {
 	cfg.setDefaults()
 	errs := []error{cfg.Validate()}
 	if gatherer == nil {
 		errs = append(errs, errors.New("ops: nil gatherer"))
 	}
-	for _, c := range checks {
+	for _, c := range append(append([]Check(nil), ready...), live...) {
 		if c.Name == "" || c.Run == nil {
 			errs = append(errs, errors.New("ops: a check needs a name and a function"))
 		}
@@ -81,7 +84,7 @@ func NewHandler(cfg Config, checks []Check, gatherer prometheus.Gatherer) (*Hand
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, checks: checks, metrics: promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}), mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, checks: ready, live: live, metrics: promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET "+HealthzPath, h.healthz) // GET patterns match HEAD too
 	h.mux.HandleFunc("GET "+ReadyzPath, h.readyz)
 	h.mux.Handle("GET "+MetricsPath, h.metrics)
@@ -93,21 +96,31 @@ func NewHandler(cfg Config, checks []Check, gatherer prometheus.Gatherer) (*Hand
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
+	if results, ok := run(r.Context(), h.cfg.CheckTimeout, h.live); !ok {
+		p := problem.New(http.StatusServiceUnavailable, problem.CodeNotLive, "Not live", "the process cannot recover on its own: restart it")
+		p.Checks = results
+		write(w, p)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 }
 
-// Ready runs every check at once and returns each one's result ("ok" or the
-// error) and whether all passed.
+// Ready runs every readiness check at once and returns each one's result
+// ("ok" or the error) and whether all passed.
 func (h *Handler) Ready(ctx context.Context) (map[string]string, bool) {
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.CheckTimeout)
+	return run(ctx, h.cfg.CheckTimeout, h.checks)
+}
+
+func run(ctx context.Context, timeout time.Duration, checks []Check) (map[string]string, bool) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	results := make(map[string]string, len(h.checks))
+	results := make(map[string]string, len(checks))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	ok := true
-	for _, c := range h.checks {
+	for _, c := range checks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -27,7 +27,7 @@ func TestReadyzNamesEachCheck(t *testing.T) {
 	h, err := ops.NewHandler(ops.Config{}, []ops.Check{
 		{Name: "nats", Run: func(context.Context) error { return nil }},
 		{Name: "store", Run: func(context.Context) error { return failing }},
-	}, prometheus.NewRegistry())
+	}, nil, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestHealthzMetricsAndHead(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "orderly_test_total", Help: "t"}))
-	h, err := ops.NewHandler(ops.Config{}, nil, reg)
+	h, err := ops.NewHandler(ops.Config{}, nil, nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,28 @@ func TestHealthzMetricsAndHead(t *testing.T) {
 	if w := serve(t, h, http.MethodGet, "/nope"); w.Code != 404 || w.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("unknown path: %d %v", w.Code, w.Header())
 	}
-	if _, err := ops.NewHandler(ops.Config{}, []ops.Check{{Name: ""}}, reg); err == nil {
+	if _, err := ops.NewHandler(ops.Config{}, []ops.Check{{Name: ""}}, nil, reg); err == nil {
 		t.Fatal("a check without a name accepted")
+	}
+}
+
+func TestHealthzFailsOnALivenessCheck(t *testing.T) {
+	t.Parallel()
+	var dead error
+	h, err := ops.NewHandler(ops.Config{}, nil, []ops.Check{{Name: "store", Run: func(context.Context) error { return dead }}}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := serve(t, h, http.MethodGet, "/healthz"); w.Code != 200 {
+		t.Fatalf("live: %d", w.Code)
+	}
+	dead = errors.New("store stopped writing")
+	w := serve(t, h, http.MethodGet, "/healthz")
+	var p struct {
+		Code   string
+		Checks map[string]string
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != 503 || p.Code != "not_live" || p.Checks["store"] != "store stopped writing" {
+		t.Fatalf("not live: %d %s", w.Code, w.Body)
 	}
 }

@@ -140,6 +140,7 @@ func (c Config) Validate() error {
 type Pipeline struct {
 	cfg     Config
 	js      jetstream.JetStream
+	pub     jsstore.Publisher
 	h       Handler
 	logger  *slog.Logger
 	router  *message.Router
@@ -153,13 +154,14 @@ type Pipeline struct {
 	sub     *subscriber
 }
 
-// New builds a pipeline that consumes through js. reg receives its metrics
+// New builds a pipeline that consumes through js and writes dead letters
+// through pub (js itself, or a guarded publisher). reg receives its metrics
 // (labelled with the pipeline's name).
-func New(cfg Config, js jetstream.JetStream, h Handler, reg prometheus.Registerer, logger *slog.Logger) (*Pipeline, error) {
+func New(cfg Config, js jetstream.JetStream, pub jsstore.Publisher, h Handler, reg prometheus.Registerer, logger *slog.Logger) (*Pipeline, error) {
 	cfg.setDefaults()
 	var errs []error
 	errs = append(errs, cfg.Validate())
-	if js == nil || h.Handle == nil || reg == nil || logger == nil {
+	if js == nil || pub == nil || h.Handle == nil || reg == nil || logger == nil {
 		errs = append(errs, fmt.Errorf("pipeline %s: nil dependency", cfg.Name))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -174,7 +176,7 @@ func New(cfg Config, js jetstream.JetStream, h Handler, reg prometheus.Registere
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{cfg: cfg, js: js, h: h, logger: logger, router: router, m: m,
+	p := &Pipeline{cfg: cfg, js: js, pub: pub, h: h, logger: logger, router: router, m: m,
 		workers: newWorkers(cfg.Concurrency), closing: make(chan struct{})}
 	// The policy is outermost; each attempt runs on a worker, where the
 	// Recoverer turns a panic into an error that the policy sees.
@@ -340,7 +342,7 @@ func (p *Pipeline) deadLetter(d *Delivery, cause error) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
 	defer cancel()
-	if _, err := p.js.PublishMsg(ctx, DeadLetter(d, p.cfg.DeadLetterSubject, cause)); err != nil {
+	if _, err := p.pub.PublishMsg(ctx, DeadLetter(d, p.cfg.DeadLetterSubject, cause)); err != nil {
 		return fmt.Errorf("publish dead letter: %w", err)
 	}
 	return nil

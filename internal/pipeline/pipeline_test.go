@@ -52,7 +52,7 @@ func topology() jsstore.Topology {
 // start runs a pipeline with h on js; it is closed when the test ends.
 func start(t *testing.T, js jetstream.JetStream, cfg pipeline.Config, h pipeline.Handler) *pipeline.Pipeline {
 	t.Helper()
-	p, err := pipeline.New(cfg, js, h, prometheus.NewRegistry(), orderlytest.Logger())
+	p, err := pipeline.New(cfg, js, js, h, prometheus.NewRegistry(), orderlytest.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestRefusesAConsumerThatDropsMessages(t *testing.T) {
 	if _, err := js.UpdateConsumer(context.Background(), events.CommandStream, cc); err != nil {
 		t.Fatal(err)
 	}
-	p, err := pipeline.New(config(), js, pipeline.Handler{Handle: func(context.Context, *pipeline.Delivery) error { return nil }},
+	p, err := pipeline.New(config(), js, js, pipeline.Handler{Handle: func(context.Context, *pipeline.Delivery) error { return nil }},
 		prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ const (
 	CodeInternal     = "internal_error"
 	CodeMethod       = "method_not_allowed"
 	CodeNotReady     = "not_ready"
+	CodeNotLive      = "not_live"
 )
 
 // FieldError is one problem with one field of the request body.

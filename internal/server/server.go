@@ -20,6 +20,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,6 +88,15 @@ type Config struct {
 	// StartupTimeout bounds how long Start waits for NATS and JetStream to
 	// answer (a cluster that is still forming, a server that starts later).
 	StartupTimeout time.Duration
+	// MinFreeSpace is, with the embedded server, the free space of the data
+	// directory's file system below which new orders are refused (503, not
+	// ready); decisions go on down to half of it. 0 disables the guard.
+	MinFreeSpace int64
+	// StoreFaultGrace is how long the embedded store may stay stopped after a
+	// critical write error before the process reports itself dead (/healthz
+	// fails, Failed delivers an error) so that a supervisor restarts it: only
+	// a restart makes nats-server write again.
+	StoreFaultGrace time.Duration
 	// ShutdownTimeout bounds Shutdown.
 	ShutdownTimeout time.Duration
 	// PprofAddr, when set, serves net/http/pprof there (never on the API's port).
@@ -121,6 +131,8 @@ func DefaultConfig() Config {
 			Concurrency: 16,
 		},
 		StartupTimeout:  2 * time.Minute,
+		MinFreeSpace:    256 << 20,
+		StoreFaultGrace: 30 * time.Second,
 		ShutdownTimeout: 40 * time.Second,
 	}
 }
@@ -156,8 +168,11 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Topology.Validate())
-	if c.ShutdownTimeout <= 0 || c.StartupTimeout <= 0 {
-		errs = append(errs, errors.New("startup and shutdown timeouts must be positive"))
+	if c.ShutdownTimeout <= 0 || c.StartupTimeout <= 0 || c.StoreFaultGrace <= 0 {
+		errs = append(errs, errors.New("startup and shutdown timeouts and the store fault grace must be positive"))
+	}
+	if c.MinFreeSpace < 0 {
+		errs = append(errs, fmt.Errorf("min free space must not be negative, got %d", c.MinFreeSpace))
 	}
 	return errors.Join(errs...)
 }
@@ -185,6 +200,9 @@ type Server struct {
 	pipelines []*pipeline.Pipeline
 	batchers  []*jsstore.Batcher
 	registry  *prometheus.Registry
+	guard     *jsstore.DiskGuard
+	writes    jsstore.WriteHealth
+	fault     storeFault
 
 	wg       sync.WaitGroup
 	failed   chan error
@@ -215,6 +233,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	if err != nil {
 		return nil, err
 	}
+	if s.ns != nil && cfg.MinFreeSpace > 0 {
+		abs, _ := filepath.Abs(cfg.DataDir)
+		if s.guard, err = jsstore.NewDiskGuard(jsstore.DiskGuardConfig{Dir: abs, Reserve: cfg.MinFreeSpace}); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.ensureTopology(ctx, js); err != nil {
 		return nil, err
 	}
@@ -232,7 +256,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 			return nil, err
 		}
 	}
-	checks := []ops.Check{
+	ready := []ops.Check{
 		{Name: "nats", Run: func(context.Context) error {
 			if !s.nc.IsConnected() {
 				return fmt.Errorf("connection is %s", s.nc.Status())
@@ -240,10 +264,24 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 			return nil
 		}},
 		{Name: "jetstream", Run: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }},
+		{Name: "store", Run: func(ctx context.Context) error {
+			if err := s.fault.err(); err != nil {
+				return err
+			}
+			return s.writes.Check(ctx)
+		}},
 	}
-	opsHandler, err := ops.NewHandler(cfg.Ops, checks, s.registry)
+	if s.guard != nil {
+		ready = append(ready, ops.Check{Name: "storage", Run: s.guard.Check})
+	}
+	live := []ops.Check{{Name: "store", Run: func(context.Context) error { return s.fault.dead(cfg.StoreFaultGrace) }}}
+	opsHandler, err := ops.NewHandler(cfg.Ops, ready, live, s.registry)
 	if err != nil {
 		return nil, err
+	}
+	if s.ns != nil {
+		s.wg.Add(1)
+		go s.watchStore()
 	}
 	if !cfg.Roles.API {
 		return s, s.serveHTTP(opsHandler)
@@ -259,10 +297,16 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
 		abs, _ := filepath.Abs(s.cfg.DataDir)
-		ns, err := natsserver.Start(ctx, natsserver.Config{
+		ncfg := natsserver.Config{
 			ServerName: s.cfg.NATSName, StoreDir: abs, Listen: s.cfg.NATSListen,
-			Fsync: s.cfg.Fsync, Cluster: s.cfg.Cluster, Logger: s.logger,
-		})
+			Fsync: s.cfg.Fsync, Cluster: s.cfg.Cluster, Logger: s.logger, OnError: s.fault.observe,
+		}
+		if s.cfg.MinFreeSpace > 0 {
+			// The disk guard follows the real free space; nats-server's own
+			// default limit is fixed at start and outlives a disk that grows.
+			ncfg.MaxStore = unboundedStore
+		}
+		ns, err := natsserver.Start(ctx, ncfg)
 		if err != nil {
 			return nil, err
 		}
@@ -312,23 +356,28 @@ func (s *Server) ensureTopology(ctx context.Context, js jetstream.JetStream) err
 	}
 }
 
-// publisher returns js, or a batcher on js (stopped at shutdown) when writes
-// are batched.
-func (s *Server) publisher(js jetstream.JetStream) jsstore.Publisher {
-	if !s.cfg.BatchWrites {
-		return js
+// publisher returns what a component writes through: js, or a batcher on js
+// (stopped at shutdown) when writes are batched; refused below the free-space
+// reserve of its level when the guard is on; followed for readiness.
+func (s *Server) publisher(js jetstream.JetStream, level jsstore.Level) jsstore.Publisher {
+	var p jsstore.Publisher = js
+	if s.cfg.BatchWrites {
+		b := jsstore.NewBatcher(js, 4, s.cfg.Topology.AckWait)
+		s.batchers = append(s.batchers, b)
+		p = b
 	}
-	b := jsstore.NewBatcher(js, 4, s.cfg.Topology.AckWait)
-	s.batchers = append(s.batchers, b)
-	return b
+	if s.guard != nil {
+		p = s.guard.Publisher(p, level)
+	}
+	return s.writes.Publisher(p)
 }
 
 func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) error {
-	claims, err := jsstore.OpenResults(ctx, js, s.publisher(js))
+	claims, err := jsstore.OpenResults(ctx, js, s.publisher(js, jsstore.Decisions))
 	if err != nil {
 		return err
 	}
-	evs, err := jsstore.OpenEvents(ctx, js, s.publisher(js))
+	evs, err := jsstore.OpenEvents(ctx, js, s.publisher(js, jsstore.Decisions))
 	if err != nil {
 		return err
 	}
@@ -348,7 +397,7 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 }
 
 func (s *Server) startProjector(ctx context.Context, js jetstream.JetStream) error {
-	results, err := jsstore.OpenResults(ctx, js, s.publisher(js))
+	results, err := jsstore.OpenResults(ctx, js, s.publisher(js, jsstore.Decisions))
 	if err != nil {
 		return err
 	}
@@ -370,7 +419,7 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, opsHandle
 	if err != nil {
 		return err
 	}
-	commands, err := jsstore.OpenCommands(ctx, js, s.publisher(js))
+	commands, err := jsstore.OpenCommands(ctx, js, s.publisher(js, jsstore.NewOrders))
 	if err != nil {
 		return err
 	}
@@ -444,7 +493,7 @@ func (s *Server) startPprof(addr string) error {
 // run builds a pipeline, starts it and waits until it consumes.
 func (s *Server) run(ctx context.Context, js jetstream.JetStream, cfg pipeline.Config, h pipeline.Handler) error {
 	cfg.Timeout = s.cfg.pipelineTimeout(cfg)
-	p, err := pipeline.New(cfg, js, h, s.registry, s.logger)
+	p, err := pipeline.New(cfg, js, s.publisher(js, jsstore.Decisions), h, s.registry, s.logger)
 	if err != nil {
 		return err
 	}
@@ -515,6 +564,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	s.fault.stop()
 	for _, b := range s.batchers {
 		b.Stop()
 		batches, msgs := b.Stats()
@@ -528,6 +578,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.wg.Wait()
 	if s.pprof != nil {
 		_ = s.pprof.Close()
+	}
+	if s.guard != nil {
+		s.guard.Stop()
 	}
 	if s.ns != nil {
 		s.ns.Shutdown()
@@ -554,5 +607,99 @@ func drain(ctx context.Context, nc *nats.Conn) error {
 	case <-ctx.Done():
 		nc.Close()
 		return fmt.Errorf("drain %s: %w", nc.Opts.Name, ctx.Err())
+	}
+}
+
+// unboundedStore is the embedded server's JetStream storage limit when the
+// disk guard bounds writes instead (1 PiB).
+const unboundedStore = 1 << 50
+
+// storeFault remembers the first critical error of the embedded store: after
+// one, nats-server writes nothing more to that stream (or runs without
+// JetStream) until it is restarted (docs/nats-facts.md, fact 6).
+type storeFault struct {
+	mu     sync.Mutex
+	since  time.Time
+	msg    string
+	done   chan struct{}
+	closed bool
+}
+
+// observe reads an error the embedded server logged.
+func (f *storeFault) observe(msg string) {
+	if !strings.Contains(msg, "Critical write error") && !strings.Contains(msg, "will be DISABLED") {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.since.IsZero() {
+		f.since, f.msg = time.Now(), msg
+	}
+}
+
+// err is the fault, for readiness.
+func (f *storeFault) err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.since.IsZero() {
+		return nil
+	}
+	return fmt.Errorf("the embedded store stopped writing at %s (%s); it writes again only after a restart of orderly, once the cause is fixed",
+		f.since.UTC().Format(time.RFC3339), f.msg)
+}
+
+// dead is the fault once it has lasted grace, for liveness.
+func (f *storeFault) dead(grace time.Duration) error {
+	f.mu.Lock()
+	since := f.since
+	f.mu.Unlock()
+	if since.IsZero() || time.Since(since) < grace {
+		return nil
+	}
+	return f.err()
+}
+
+func (f *storeFault) stopped() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done == nil {
+		f.done = make(chan struct{})
+	}
+	return f.done
+}
+
+func (f *storeFault) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done == nil {
+		f.done = make(chan struct{})
+	}
+	if !f.closed {
+		close(f.done)
+		f.closed = true
+	}
+}
+
+// watchStore reports a store fault that outlived the grace period on
+// Failed, once: the process cannot recover on its own.
+func (s *Server) watchStore() {
+	defer s.wg.Done()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	done := s.fault.stopped()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if err := s.fault.dead(s.cfg.StoreFaultGrace); err != nil {
+				s.logger.Error("store fault outlived the grace period: stopping so that a supervisor restarts orderly", "grace", s.cfg.StoreFaultGrace, "err", err)
+				select {
+				case s.failed <- err:
+				default:
+				}
+				return
+			}
+		}
 	}
 }

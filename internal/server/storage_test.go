@@ -37,43 +37,39 @@ func smallDisk(t *testing.T, size int64) (string, func(size int64)) {
 	}
 }
 
-// TestFullDiskLosesNoAcceptedOrder fills the data directory's file system
-// under async load, then gives it room again and restarts: every order that
-// was answered 202 is decided once, under the order ID it was given, and a
-// retry of its key with the original body gets that order.
-func TestFullDiskLosesNoAcceptedOrder(t *testing.T) {
-	t.Parallel()
-	dir, resize := smallDisk(t, 6<<20)
-	cfg := orderlytest.Config(t)
-	cfg.DataDir = filepath.Join(dir, "data")
-	inst := orderlytest.Start(t, cfg)
+// asyncLoad posts new orders with respond-async from 16 clients until stop,
+// and records the Location of every 202 and how many were refused with 503.
+type asyncLoad struct {
+	mu       sync.Mutex
+	accepted map[string]string // key -> Location of the 202
+	refused  atomic.Int64
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
 
-	var mu sync.Mutex
-	accepted := map[string]string{} // key -> Location of the 202
-	var refused, sawNotReady atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+func startLoad(t *testing.T, url, prefix string) *asyncLoad {
+	l := &asyncLoad{accepted: map[string]string{}, stop: make(chan struct{})}
 	for w := 0; w < 16; w++ {
-		wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer l.wg.Done()
 			for i := 0; ; i++ {
 				select {
-				case <-stop:
+				case <-l.stop:
 					return
 				default:
 				}
-				key := fmt.Sprintf("full-%d-%d", w, i)
-				r, err := orderlytest.TryDo(http.MethodPost, inst.URL+"/v1/orders", orderlytest.Order("c-"+key),
+				key := fmt.Sprintf("%s-%d-%d", prefix, w, i)
+				r, err := orderlytest.TryDo(http.MethodPost, url+"/v1/orders", orderlytest.Order("c-"+key),
 					"Content-Type: application/json", "Idempotency-Key: "+key, "Prefer: respond-async")
 				switch {
 				case err != nil:
 				case r.Status == http.StatusAccepted:
-					mu.Lock()
-					accepted[key] = r.Header.Get("Location")
-					mu.Unlock()
+					l.mu.Lock()
+					l.accepted[key] = r.Header.Get("Location")
+					l.mu.Unlock()
 				case r.Status == http.StatusServiceUnavailable:
-					refused.Add(1)
+					l.refused.Add(1)
 					time.Sleep(20 * time.Millisecond)
 				default:
 					t.Errorf("%s: %d %s", key, r.Status, r.Body)
@@ -81,41 +77,146 @@ func TestFullDiskLosesNoAcceptedOrder(t *testing.T) {
 			}
 		}()
 	}
-	// Fill the disk, then keep the load on while it is full.
-	deadline := time.Now().Add(60 * time.Second)
-	for refused.Load() < 200 && time.Now().Before(deadline) {
-		if r, err := orderlytest.TryDo(http.MethodGet, inst.URL+"/readyz", nil); err == nil && r.Status == http.StatusServiceUnavailable {
-			sawNotReady.Add(1)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(3 * time.Second)
-	close(stop)
-	wg.Wait()
-	if refused.Load() < 200 {
-		t.Fatalf("the disk did not fill: %d accepted, %d refused", len(accepted), refused.Load())
-	}
-	t.Logf("disk full: %d accepted, %d refused with 503", len(accepted), refused.Load())
+	return l
+}
 
-	// Room again, and a restart on the same data directory.
-	resize(256 << 20)
-	inst.Stop(t)
-	again := orderlytest.Start(t, cfg)
+func (l *asyncLoad) end() map[string]string {
+	close(l.stop)
+	l.wg.Wait()
+	return l.accepted
+}
+
+// decidedOnce retries every accepted key with its original body and checks
+// that it answers 201 with the order it was accepted as, and that each key
+// has exactly one OrderCreated.
+func decidedOnce(t *testing.T, inst *orderlytest.Instance, accepted map[string]string) {
+	t.Helper()
 	for key, loc := range accepted {
 		var r orderlytest.Response
 		orderlytest.Eventually(t, 60*time.Second, key+" decided", func() bool {
-			r = again.PostOrder(t, key, orderlytest.Order("c-"+key), "Prefer: wait=10")
+			r = inst.PostOrder(t, key, orderlytest.Order("c-"+key), "Prefer: wait=10")
 			return r.Status == http.StatusCreated
 		})
 		if got := r.Header.Get("Location"); got != loc {
-			t.Fatalf("%s was accepted as %s; after the full disk its key answers %s: %s", key, loc, got, r.Body)
+			t.Fatalf("%s was accepted as %s; its key now answers %s: %s", key, loc, got, r.Body)
 		}
 	}
-	counts := orderlytest.CreatedByKey(t, again.JetStream(t))
+	counts := orderlytest.CreatedByKey(t, inst.JetStream(t))
 	for key := range accepted {
 		if n := counts[idempotency.KeyHash(api.DefaultTenant, key)]; n != 1 {
 			t.Fatalf("%s: %d orders", key, n)
 		}
 	}
-	_ = bytes.Equal
+}
+
+func readyz(url string) (orderlytest.Response, bool) {
+	r, err := orderlytest.TryDo(http.MethodGet, url+"/readyz", nil)
+	return r, err == nil && r.Status == http.StatusOK
+}
+
+// TestFullDiskLosesNoAcceptedOrder fills the data directory's file system
+// under async load and keeps it full for 25 s (longer than ten redeliveries
+// with backoff take), then gives it room again: orderly refuses new orders
+// while the disk is full and says it is not ready, is back on its own once
+// there is room, and every order it answered 202 is decided once, under the
+// order ID it was given.
+func TestFullDiskLosesNoAcceptedOrder(t *testing.T) {
+	t.Parallel()
+	dir, resize := smallDisk(t, 8<<20)
+	cfg := orderlytest.Config(t)
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.MinFreeSpace = 2 << 20
+	inst := orderlytest.Start(t, cfg)
+
+	load := startLoad(t, inst.URL, "full")
+	orderlytest.Eventually(t, 60*time.Second, "the disk to fill", func() bool { return load.refused.Load() > 100 })
+	var notReady int
+	for end := time.Now().Add(25 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		if _, ok := readyz(inst.URL); !ok {
+			notReady++
+		}
+	}
+	accepted := load.end()
+	if notReady < 90 {
+		t.Fatalf("/readyz said ready %d times out of 100 while the disk was full", 100-notReady)
+	}
+	if r, _ := readyz(inst.URL); !bytes.Contains(r.Body, []byte(`"storage"`)) {
+		t.Fatalf("/readyz does not name the storage check: %s", r.Body)
+	}
+	t.Logf("disk full: %d accepted, %d refused with 503", len(accepted), load.refused.Load())
+
+	// Room again: back without a restart.
+	resize(256 << 20)
+	var last orderlytest.Response
+	orderlytest.Eventually(t, 10*time.Second, "readiness once there is room", func() bool { r, ok := readyz(inst.URL); last = r; t.Logf("readyz %s", r.Body); return ok })
+	_ = last
+	if r := inst.PostOrder(t, "after-full", orderlytest.Order("c-after"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+		t.Fatalf("a new order once there is room: %d %s", r.Status, r.Body)
+	}
+	decidedOnce(t, inst, accepted)
+}
+
+// TestStoreWriteErrorIsReportedAndSurvivesRestart: a write error below the
+// store (here: another writer takes the last free byte, with the guard off)
+// stops nats-server's writes for good. orderly says it is not ready at once,
+// fails liveness after the grace period (Failed delivers the error, and
+// orderly serve exits for its supervisor to restart it), and after the
+// restart every order it answered 202 is decided once under its order ID.
+func TestStoreWriteErrorIsReportedAndSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	dir, _ := smallDisk(t, 32<<20)
+	cfg := orderlytest.Config(t)
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.MinFreeSpace = 0
+	cfg.StoreFaultGrace = 2 * time.Second
+	inst := orderlytest.Start(t, cfg)
+
+	load := startLoad(t, inst.URL, "werr")
+	time.Sleep(time.Second)
+	filler := filepath.Join(dir, "filler")
+	fill(t, filler)
+	var failure error
+	select {
+	case failure = <-inst.Failed():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a stopped store was not reported")
+	}
+	if r, ok := readyz(inst.URL); ok || !bytes.Contains(r.Body, []byte("Critical write error")) {
+		t.Fatalf("/readyz with a stopped store: %d %s", r.Status, r.Body)
+	}
+	if r := orderlytest.Do(t, http.MethodGet, inst.URL+"/healthz", nil); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz after the grace: %d %s", r.Status, r.Body)
+	}
+	accepted := load.end()
+	t.Logf("%d accepted before the store stopped; reported: %v", len(accepted), failure)
+	if len(accepted) == 0 {
+		t.Fatal("no order accepted: the test needs load")
+	}
+
+	// The cause goes away; the documented restart.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	inst.Stop(t)
+	again := orderlytest.Start(t, cfg)
+	if _, ok := readyz(again.URL); !ok {
+		t.Fatal("not ready after the restart")
+	}
+	decidedOnce(t, again, accepted)
+}
+
+// fill writes path until the file system is full.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			return // ENOSPC
+		}
+	}
 }
