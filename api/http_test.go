@@ -116,6 +116,8 @@ func TestPostTranslatesOutcomes(t *testing.T) {
 		{name: "key reused", err: &app.KeyReusedError{OrderID: "ord_4"}, status: 422, code: "idempotency_key_reused"},
 		{name: "unavailable", err: fmt.Errorf("publish: %w", app.ErrUnavailable), status: 503, code: "service_unavailable",
 			headers: map[string]string{"Retry-After": "1"}},
+		{name: "outcome unknown", err: fmt.Errorf("publish: %w", app.ErrOutcomeUnknown), status: 503, code: "outcome_unknown",
+			headers: map[string]string{"Retry-After": "1"}},
 		{name: "a bug", err: errors.New("boom"), status: 500, code: "internal_error"},
 	}
 	for _, tc := range cases {
@@ -260,5 +262,24 @@ func TestRoutes(t *testing.T) {
 		if w := do(h, tc.method, tc.path, ""); w.Code != tc.status {
 			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, w.Code, tc.status)
 		}
+	}
+}
+
+// TestHangUpsAreCountedAs499: a client that goes away is not a 503 in the
+// metrics.
+func TestHangUpsAreCountedAs499(t *testing.T) {
+	t.Parallel()
+	svc := &fakeService{err: fmt.Errorf("publish: %w", app.ErrUnavailable)}
+	h := handler(t, api.DefaultConfig(), svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(order)).WithContext(ctx)
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Idempotency-Key", "k")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	m := do(h, http.MethodGet, "/metrics", "")
+	if !strings.Contains(m.Body.String(), `orderly_http_requests_total{code="499",method="POST",route="/v1/orders"} 1`) ||
+		strings.Contains(m.Body.String(), `code="503"`) {
+		t.Fatalf("metrics after a hang-up:\n%s", m.Body)
 	}
 }

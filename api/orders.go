@@ -199,10 +199,17 @@ func (h *handlers) getOrderEvents(c *gin.Context) {
 	c.Data(http.StatusOK, "application/json", b)
 }
 
+// StatusClientClosedRequest is the status counted (and logged) for a request
+// whose client went away before the answer: nginx's 499. Nobody reads it.
+const StatusClientClosedRequest = 499
+
 // writeError maps the application's errors to problems.
 func (h *handlers) writeError(c *gin.Context, err error) {
 	var reused *app.KeyReusedError
 	switch {
+	case c.Request.Context().Err() != nil:
+		h.logger.Debug("request abandoned by the client", "err", err)
+		writeProblem(c, problem.New(StatusClientClosedRequest, problem.CodeUnavailable, "Client closed request", "the client went away"))
 	case errors.As(err, &reused):
 		p := problem.New(http.StatusUnprocessableEntity, problem.CodeKeyReused, "Idempotency key reused",
 			"this idempotency key was used for a different request; use a new key for a new order")
@@ -210,15 +217,16 @@ func (h *handlers) writeError(c *gin.Context, err error) {
 		writeProblem(c, p)
 	case errors.Is(err, app.ErrNotFound):
 		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Order not found", "no order with this id"))
-	case errors.Is(err, app.ErrUnavailable) && c.Request.Context().Err() != nil:
-		// The client went away; nobody reads this answer.
-		h.logger.Debug("request abandoned by the client", "err", err)
-		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "Client closed request", "the client went away"))
+	case errors.Is(err, app.ErrOutcomeUnknown):
+		h.logger.Warn("command outcome unknown", "err", err)
+		c.Header("Retry-After", retryAfter)
+		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnknown, "Outcome unknown",
+			"the order store did not confirm the order in time; it may have been accepted: retry with the same idempotency key to learn the outcome"))
 	case errors.Is(err, app.ErrUnavailable):
 		h.logger.Warn("order store unavailable", "err", err)
 		c.Header("Retry-After", retryAfter)
 		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "Service unavailable",
-			"the order store did not answer in time; nothing was half-done, retry with the same idempotency key"))
+			"the order store is unavailable and nothing was stored; retry with the same idempotency key"))
 	default:
 		h.logger.Error("request failed", "path", c.Request.URL.Path, "err", err)
 		writeProblem(c, problem.New(http.StatusInternalServerError, problem.CodeInternal, "Internal error", "an unexpected error occurred"))

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -60,6 +61,13 @@ type fakeWatcher struct {
 	mu      sync.Mutex
 	results map[string]chan idempotency.Record
 	orders  map[string]chan struct{}
+	down    error
+}
+
+func (f *fakeWatcher) Live() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.down
 }
 
 func (f *fakeWatcher) WatchResult(key string) (<-chan idempotency.Record, func()) {
@@ -97,12 +105,29 @@ func (f *fakeWatcher) send(key string, r idempotency.Record) {
 	}
 }
 
+// storeErr is an adapter's error: Temporary and NotStored as the port says.
+type storeErr struct{ temporary, notStored bool }
+
+func (e storeErr) Error() string {
+	return fmt.Sprintf("store error (temporary %v, not stored %v)", e.temporary, e.notStored)
+}
+func (e storeErr) Temporary() bool { return e.temporary }
+func (e storeErr) NotStored() bool { return e.notStored }
+
+var (
+	timedOut  = storeErr{temporary: true}                  // may have been stored
+	noLeader  = storeErr{temporary: true, notStored: true} // the server said no
+	malformed = storeErr{notStored: true}                  // a permanent refusal
+)
+
 type fakeCommands struct {
 	mu        sync.Mutex
 	byKey     map[string]uint64 // the broker's window
 	stored    map[uint64]events.CreateOrder
 	published int
 	err       error
+	failFirst int   // the first attempts fail with failWith...
+	failWith  error // ...after storing the command when it is timedOut
 }
 
 func (f *fakeCommands) Publish(_ context.Context, cmd events.CreateOrder) (uint64, bool, error) {
@@ -112,15 +137,28 @@ func (f *fakeCommands) Publish(_ context.Context, cmd events.CreateOrder) (uint6
 	if f.err != nil {
 		return 0, false, f.err
 	}
+	if f.published <= f.failFirst {
+		if f.failWith == error(timedOut) { // stored, but the ack was lost
+			f.store(cmd)
+		}
+		return 0, false, f.failWith
+	}
 	if seq, ok := f.byKey[cmd.KeyHash]; ok {
 		return seq, true, nil
+	}
+	return f.store(cmd), false, nil
+}
+
+func (f *fakeCommands) store(cmd events.CreateOrder) uint64 {
+	if seq, ok := f.byKey[cmd.KeyHash]; ok {
+		return seq
 	}
 	if f.byKey == nil {
 		f.byKey, f.stored = map[string]uint64{}, map[uint64]events.CreateOrder{}
 	}
 	seq := uint64(len(f.stored) + 1)
 	f.byKey[cmd.KeyHash], f.stored[seq] = seq, cmd
-	return seq, false, nil
+	return seq
 }
 
 func (f *fakeCommands) Command(_ context.Context, seq uint64) (events.CreateOrder, error) {
@@ -172,7 +210,8 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{results: &fakeResults{m: map[string]idempotency.Record{}}, cache: &fakeCache{}, watcher: &fakeWatcher{},
 		commands: &fakeCommands{}, orders: &fakeOrders{m: map[string]idempotency.Order{}}}
 	f.up, f.down = context.WithCancel(context.Background())
-	svc, err := NewService(Config{RequestTimeout: time.Second, Up: func() context.Context { return f.up }},
+	svc, err := NewService(Config{RequestTimeout: time.Second, Up: func() context.Context { return f.up },
+		ReconnectGrace: 50 * time.Millisecond, PollInterval: time.Second, DownPollInterval: 20 * time.Millisecond},
 		Deps{Results: f.results, Cache: f.cache, Watcher: f.watcher, Commands: f.commands, Orders: f.orders}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -230,10 +269,18 @@ func TestSubmit(t *testing.T) {
 		{name: "duplicate inside the window, other request: key reused", setup: func(f *fixture) {
 			_, _, _ = f.commands.Publish(context.Background(), events.CreateOrder{KeyHash: key, Nonce: "N0NCE0000000A", Fingerprint: "other"})
 		}, in: submit(0, 0), err: &KeyReusedError{}, published: 2},
-		{name: "read fails: unavailable, nothing published", setup: func(f *fixture) { f.results.err = errors.New("timeout") },
+		{name: "read keeps failing: unavailable, nothing published", setup: func(f *fixture) { f.results.err = timedOut },
 			in: submit(0, 0), err: ErrUnavailable},
-		{name: "publish fails: unavailable", setup: func(f *fixture) { f.commands.err = errors.New("timeout") },
+		{name: "publish refused by the store: unavailable", setup: func(f *fixture) { f.commands.err = malformed },
 			in: submit(0, 0), err: ErrUnavailable, published: 1},
+		{name: "publish refused while a leader is elected, then stored", setup: func(f *fixture) { f.commands.failFirst, f.commands.failWith = 3, noLeader },
+			in: submit(0, 0), kind: Accepted, orderID: firstID, published: 4},
+		{name: "ack lost: published again, the duplicate ack tells the truth", setup: func(f *fixture) { f.commands.failFirst, f.commands.failWith = 1, timedOut },
+			in: submit(0, 0), kind: InProgress, orderID: firstID, published: 2},
+		{name: "never confirmed: the outcome is unknown", setup: func(f *fixture) { f.commands.err = timedOut },
+			in: submit(0, 0), err: ErrOutcomeUnknown, published: -1},
+		{name: "never stored, never confirmed: unavailable", setup: func(f *fixture) { f.commands.err = noLeader },
+			in: submit(0, 0), err: ErrUnavailable, published: -1},
 		{name: "NATS known to be down: unavailable at once", setup: func(f *fixture) { f.down() }, in: submit(0, 0), err: ErrUnavailable},
 	}
 	for _, tc := range cases {
@@ -258,14 +305,53 @@ func TestSubmit(t *testing.T) {
 			case out.Kind != tc.kind || out.OrderID != tc.orderID || out.Replayed != tc.replayed:
 				t.Fatalf("outcome %+v, want kind %d order %s replayed %v", out, tc.kind, tc.orderID, tc.replayed)
 			}
-			if f.commands.published != tc.published {
+			if tc.published >= 0 && f.commands.published != tc.published {
 				t.Fatalf("%d publishes, want %d", f.commands.published, tc.published)
+			}
+			if tc.published < 0 && f.commands.published < 2 {
+				t.Fatalf("%d publishes: the publish was not retried within the budget", f.commands.published)
 			}
 		})
 	}
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestWaitersReadTheStoreWhileTheWatcherIsDown: a decision the watcher does
+// not deliver is found by reading the store.
+func TestWaitersReadTheStoreWhileTheWatcherIsDown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.watcher.down = errors.New("no heartbeat")
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		f.results.mu.Lock()
+		f.results.m[key] = completed(firstID, "fp")
+		f.results.mu.Unlock()
+	}()
+	begin := time.Now()
+	out, err := f.svc.Submit(context.Background(), submit(5*time.Second, 0))
+	if err != nil || out.Kind != Completed || time.Since(begin) > time.Second {
+		t.Fatalf("%+v %v after %s", out, err, time.Since(begin))
+	}
+}
+
+func TestReadsRetryWhileNATSIsUnavailable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.results.err = noLeader
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		f.results.mu.Lock()
+		f.results.err = nil
+		f.results.m[key] = completed("ord_x", "fp")
+		f.results.mu.Unlock()
+	}()
+	out, err := f.svc.Submit(context.Background(), submit(0, 0))
+	if err != nil || out.Kind != Completed || f.results.reads < 2 {
+		t.Fatalf("%+v %v after %d reads", out, err, f.results.reads)
+	}
+}
 
 func TestDrainCutsWaitsShort(t *testing.T) {
 	t.Parallel()

@@ -30,29 +30,39 @@ func (s *Service) Order(ctx context.Context, tenant, orderID string, wait time.D
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	select {
-	case <-decided:
-	case <-timer.C:
-		// The feed may lag behind the stream: read once more.
-	case <-ctx.Done():
-		return o, nil
-	case <-s.draining:
-		return o, nil
+	poll := time.NewTimer(s.pollInterval())
+	defer poll.Stop()
+	for {
+		select {
+		case <-decided:
+		case <-poll.C:
+			// A safety net, often while the feed is down.
+			if next, _, err := s.currentOrder(ctx, tenant, orderID); err == nil && next.Status != idempotency.StatusPending {
+				return next, nil
+			}
+			poll.Reset(s.pollInterval())
+			continue
+		case <-timer.C:
+			// The feed may lag behind the stream: read once more.
+		case <-ctx.Done():
+			return o, nil
+		case <-s.draining:
+			return o, nil
+		}
+		o, _, err = s.currentOrder(ctx, tenant, orderID)
+		return o, err
 	}
-	o, _, err = s.currentOrder(ctx, tenant, orderID)
-	return o, err
 }
 
 // currentOrder reads the order and, once decided, its event as stored.
-func (s *Service) currentOrder(ctx context.Context, tenant, orderID string) (idempotency.Order, []byte, error) {
-	if err := s.available(); err != nil {
-		return idempotency.Order{}, nil, err
-	}
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	o, event, found, err := s.deps.Orders.Decided(ctx, orderID)
+func (s *Service) currentOrder(ctx context.Context, tenant, orderID string) (o idempotency.Order, event []byte, err error) {
+	var found bool
+	err = s.call(ctx, "read order", func(ctx context.Context) (err error) {
+		o, event, found, err = s.deps.Orders.Decided(ctx, orderID)
+		return err
+	})
 	if err != nil {
-		return idempotency.Order{}, nil, unavailable("read order", err)
+		return idempotency.Order{}, nil, err
 	}
 	if found {
 		if o.Tenant != tenant {
@@ -60,9 +70,13 @@ func (s *Service) currentOrder(ctx context.Context, tenant, orderID string) (ide
 		}
 		return o, event, nil
 	}
-	cmd, found, err := s.deps.Commands.FindCommand(ctx, orderID)
+	var cmd events.CreateOrder
+	err = s.call(ctx, "read command", func(ctx context.Context) (err error) {
+		cmd, found, err = s.deps.Commands.FindCommand(ctx, orderID)
+		return err
+	})
 	if err != nil {
-		return idempotency.Order{}, nil, unavailable("read command", err)
+		return idempotency.Order{}, nil, err
 	}
 	if !found || cmd.Tenant != tenant {
 		return idempotency.Order{}, nil, ErrNotFound

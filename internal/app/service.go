@@ -37,19 +37,27 @@ type Cache interface {
 // Watcher delivers what is stored from the moment of the call on: WatchResult
 // the records of a key, WatchOrder a signal when an order is decided. Call it
 // before the read or publish whose outcome it waits for. The channel holds the
-// latest update not yet read; cancel unregisters.
+// latest update not yet read; cancel unregisters. Live is nil while updates
+// flow; while it is not, a waiter reads the store itself, often.
 type Watcher interface {
 	WatchResult(key string) (c <-chan idempotency.Record, cancel func())
 	WatchOrder(orderID string) (c <-chan struct{}, cancel func())
+	Live() error
 }
 
 // Commands is ORDER_COMMANDS.
 //
 // Publish stores cmd with its KeyHash as Nats-Msg-Id and returns once the
 // broker confirmed it: durably stored (its sequence), or a duplicate of one
-// stored in the window (duplicate true, the original's sequence). Command
-// reads the command at a stream sequence; FindCommand the command of an order,
-// ok false when there is none.
+// stored in the window (duplicate true, the original's sequence). Publishing
+// the same command again is safe. Command reads the command at a stream
+// sequence; FindCommand the command of an order, ok false when there is none.
+//
+// The errors of every port may say more through two methods (the adapter
+// implements them, as net.Error does Timeout): Temporary() bool, true when
+// NATS was unavailable and the call may succeed later unchanged; and, for
+// Publish, NotStored() bool, true when nothing was certainly stored. A
+// Publish error without NotStored may have stored the command.
 type Commands interface {
 	Publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate bool, err error)
 	Command(ctx context.Context, seq uint64) (events.CreateOrder, error)
@@ -73,12 +81,28 @@ type Deps struct {
 
 // Errors of the use cases. The HTTP layer maps them to statuses.
 var (
-	// ErrUnavailable: NATS did not answer in time; nothing was half-done, so the
+	// ErrUnavailable: NATS was unavailable and nothing was stored, so the
 	// client may retry with the same key.
 	ErrUnavailable = errors.New("order store unavailable")
 	// ErrNotFound: no such order for this tenant.
 	ErrNotFound = errors.New("order not found")
+	// ErrOutcomeUnknown: the command was sent, and whether it was stored is
+	// not known within the request's budget: a retry with the same key
+	// learns the outcome (it is answered from the stored command or result).
+	ErrOutcomeUnknown = errors.New("the order store did not confirm the command in time")
 )
+
+// temporary reports whether err says NATS was unavailable.
+func temporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// notStored reports whether a write certainly stored nothing.
+func notStored(err error) bool {
+	var n interface{ NotStored() bool }
+	return errors.As(err, &n) && n.NotStored()
+}
 
 // KeyReusedError: the idempotency key belongs to another request.
 type KeyReusedError struct {
@@ -96,25 +120,47 @@ func unavailable(op string, err error) error {
 
 // Config configures the service. Zero fields take defaults.
 type Config struct {
-	// RequestTimeout bounds each NATS call made for a request (default 2s).
+	// RequestTimeout is the budget of each NATS operation of a request,
+	// retries included: a read or a publish that fails because NATS is
+	// unavailable (a leader election, a node that went away) is tried again,
+	// with backoff, until it succeeds or the budget is spent (default 10s,
+	// longer than a JetStream election of 4 to 9 s).
 	RequestTimeout time.Duration
 	// Up, when set, returns a context that is canceled when the connection to
-	// NATS is lost (and is canceled while it is down). Requests then fail at
-	// once with ErrUnavailable instead of waiting out RequestTimeout.
+	// NATS is lost (and is canceled while it is down). A request then waits at
+	// most ReconnectGrace for it to come back (a failover to another server
+	// takes less), and fails with ErrUnavailable instead of waiting out the
+	// budget.
 	Up func() context.Context
+	// ReconnectGrace bounds that wait (default 500ms).
+	ReconnectGrace time.Duration
+	// PollInterval is how often a waiting request reads the store itself as a
+	// safety net while the watcher is live (default 1s); DownPollInterval
+	// while it is not (default 100ms).
+	PollInterval, DownPollInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
 	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 2 * time.Second
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.ReconnectGrace == 0 {
+		c.ReconnectGrace = 500 * time.Millisecond
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.DownPollInterval == 0 {
+		c.DownPollInterval = 100 * time.Millisecond
 	}
 }
 
 // Validate reports every problem with c; zero fields count as their defaults.
 func (c Config) Validate() error {
 	c.setDefaults()
-	if c.RequestTimeout <= 0 {
-		return fmt.Errorf("request timeout must be positive, got %s", c.RequestTimeout)
+	if c.RequestTimeout <= 0 || c.ReconnectGrace < 0 || c.PollInterval <= 0 || c.DownPollInterval <= 0 {
+		return fmt.Errorf("request timeout, reconnect grace and poll intervals must be positive, got %s, %s, %s, %s",
+			c.RequestTimeout, c.ReconnectGrace, c.PollInterval, c.DownPollInterval)
 	}
 	return nil
 }
@@ -153,21 +199,126 @@ func NewService(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
 // shutdown so that in-flight requests finish quickly.
 func (s *Service) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
-// available fails fast while NATS is known to be unreachable.
-func (s *Service) available() error {
-	if s.cfg.Up != nil && s.cfg.Up().Err() != nil {
-		return fmt.Errorf("%w: not connected to NATS", ErrUnavailable)
+// connected waits, up to ReconnectGrace and the deadline, for a lost
+// connection to come back; ErrUnavailable when it does not.
+func (s *Service) connected(ctx context.Context, deadline time.Time) error {
+	if s.cfg.Up == nil || s.cfg.Up().Err() == nil {
+		return nil
+	}
+	until := time.Now().Add(s.cfg.ReconnectGrace)
+	if deadline.Before(until) {
+		until = deadline
+	}
+	for s.cfg.Up().Err() != nil {
+		if time.Now().After(until) {
+			return fmt.Errorf("%w: not connected to NATS", ErrUnavailable)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		case <-time.After(25 * time.Millisecond):
+		}
 	}
 	return nil
 }
 
-// timeout bounds one NATS call: RequestTimeout, or less when the connection is
-// lost meanwhile.
-func (s *Service) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+// attempt bounds one NATS call: attemptTimeout doubled per attempt, up to the
+// deadline, and less when the connection is lost meanwhile.
+func (s *Service) attempt(ctx context.Context, deadline time.Time, n int) (context.Context, context.CancelFunc) {
+	d := min(attemptTimeout<<min(n-1, 8), time.Until(deadline))
+	ctx, cancel := context.WithTimeout(ctx, d)
 	if s.cfg.Up == nil {
 		return ctx, cancel
 	}
 	stop := context.AfterFunc(s.cfg.Up(), cancel)
 	return ctx, func() { stop(); cancel() }
+}
+
+// attemptTimeout is the first attempt's bound. It is far above a publish's
+// latency under load; an attempt that outlives it is a NATS that does not
+// answer (a leader election), and the next attempt waits twice as long.
+const attemptTimeout = time.Second
+
+// pause waits between attempts: 50ms doubling to 1s, cut short by the
+// deadline. False when there is no time left.
+func pause(ctx context.Context, deadline time.Time, n int) bool {
+	d := min(50*time.Millisecond<<min(n-1, 5), time.Second)
+	if time.Now().Add(d).After(deadline) {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// call runs a read (or any call that is safe to repeat), retrying while NATS
+// is unavailable, within RequestTimeout.
+func (s *Service) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(s.cfg.RequestTimeout)
+	for n := 1; ; n++ {
+		if err := s.connected(ctx, deadline); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		actx, cancel := s.attempt(ctx, deadline, n)
+		err := f(actx)
+		expired := actx.Err() != nil
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !temporary(err) && !expired {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if ctx.Err() != nil || !pause(ctx, deadline, n) {
+			return unavailable(op, err)
+		}
+	}
+}
+
+// publish stores cmd. While the outcome is unknown (an attempt that timed
+// out may have stored it), it publishes the same command again: the broker's
+// duplicate ack then tells the truth. ErrOutcomeUnknown when the budget runs
+// out after a command was sent, ErrUnavailable when nothing was.
+func (s *Service) publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate bool, err error) {
+	deadline := time.Now().Add(s.cfg.RequestTimeout)
+	sent := false
+	for n := 1; ; n++ {
+		if err := s.connected(ctx, deadline); err != nil {
+			return 0, false, s.publishFailed(sent, err)
+		}
+		actx, cancel := s.attempt(ctx, deadline, n)
+		seq, duplicate, err = s.deps.Commands.Publish(actx, cmd)
+		expired := actx.Err() != nil
+		cancel()
+		if err == nil {
+			return seq, duplicate, nil
+		}
+		if !notStored(err) {
+			sent = true
+		}
+		if !temporary(err) && !expired {
+			return 0, false, s.publishFailed(sent, err)
+		}
+		if ctx.Err() != nil || !pause(ctx, deadline, n) {
+			return 0, false, s.publishFailed(sent, err)
+		}
+	}
+}
+
+func (s *Service) publishFailed(sent bool, err error) error {
+	if sent {
+		return fmt.Errorf("publish command: %w: %w", ErrOutcomeUnknown, err)
+	}
+	return unavailable("publish command", err)
+}
+
+// pollInterval is how long a waiter waits before reading the store itself.
+func (s *Service) pollInterval() time.Duration {
+	if s.deps.Watcher.Live() != nil {
+		return s.cfg.DownPollInterval
+	}
+	return s.cfg.PollInterval
 }

@@ -58,9 +58,6 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 	if r, ok := s.deps.Cache.CachedResult(in.KeyHash); ok {
 		return s.existing(ctx, in, r, nil)
 	}
-	if err := s.available(); err != nil {
-		return Outcome{}, err
-	}
 	var updates <-chan idempotency.Record
 	if in.Wait > 0 || in.WaitForPending > 0 {
 		c, cancel := s.deps.Watcher.WatchResult(in.KeyHash)
@@ -84,11 +81,9 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 		AcceptedAt:  s.now().UTC(),
 		Request:     in.Request,
 	}
-	pctx, cancel := s.timeout(ctx)
-	seq, duplicate, err := s.deps.Commands.Publish(pctx, cmd)
-	cancel()
+	seq, duplicate, err := s.publish(ctx, cmd)
 	if err != nil {
-		return Outcome{}, unavailable("publish command", err)
+		return Outcome{}, err
 	}
 	if duplicate {
 		return s.duplicate(ctx, in, seq, updates)
@@ -97,12 +92,13 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 }
 
 // result reads key from ORDER_RESULTS and caches a completed result.
-func (s *Service) result(ctx context.Context, key string) (idempotency.Record, bool, error) {
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	r, found, err := s.deps.Results.Get(ctx, key)
+func (s *Service) result(ctx context.Context, key string) (r idempotency.Record, found bool, err error) {
+	err = s.call(ctx, "read result", func(ctx context.Context) (err error) {
+		r, found, err = s.deps.Results.Get(ctx, key)
+		return err
+	})
 	if err != nil {
-		return r, false, unavailable("read result", err)
+		return r, false, err
 	}
 	if found {
 		s.deps.Cache.Remember(key, r)
@@ -121,11 +117,13 @@ func (s *Service) duplicate(ctx context.Context, in SubmitOrder, seq uint64, upd
 	if found {
 		return s.existing(ctx, in, r, updates)
 	}
-	cctx, cancel := s.timeout(ctx)
-	orig, err := s.deps.Commands.Command(cctx, seq)
-	cancel()
+	var orig events.CreateOrder
+	err = s.call(ctx, "read original command", func(ctx context.Context) (err error) {
+		orig, err = s.deps.Commands.Command(ctx, seq)
+		return err
+	})
 	if err != nil {
-		return Outcome{}, unavailable("read original command", err)
+		return Outcome{}, err
 	}
 	origID := events.OrderID(seq, orig.Nonce)
 	if orig.Fingerprint != in.Fingerprint {
@@ -166,15 +164,24 @@ func (s *Service) await(ctx context.Context, in SubmitOrder, orderID string, upd
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	// The store is read directly now and then: often while the watcher is
+	// down (its updates would be missed), rarely as a safety net otherwise.
+	poll := time.NewTimer(s.pollInterval())
+	defer poll.Stop()
 	for {
 		select {
 		case r := <-updates:
 			if r.Completed() {
 				return s.decided(in, orderID, r, replay)
 			}
+		case <-poll.C:
+			if r, found, err := s.peek(ctx, in.KeyHash); err == nil && found && r.Completed() {
+				return s.decided(in, orderID, r, replay)
+			}
+			poll.Reset(s.pollInterval())
 		case <-timer.C:
 			// The watch may lag behind the bucket: look once more before giving up.
-			if r, found, err := s.result(ctx, in.KeyHash); err == nil && found && r.Completed() {
+			if r, found, err := s.peek(ctx, in.KeyHash); err == nil && found && r.Completed() {
 				return s.decided(in, orderID, r, replay)
 			}
 			return notYet, nil
@@ -184,6 +191,18 @@ func (s *Service) await(ctx context.Context, in SubmitOrder, orderID string, upd
 			return notYet, nil
 		}
 	}
+}
+
+// peek is one read of a key's record, without retries: a waiter reads again
+// at its next poll.
+func (s *Service) peek(ctx context.Context, key string) (idempotency.Record, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	r, found, err := s.deps.Results.Get(ctx, key)
+	if err == nil && found {
+		s.deps.Cache.Remember(key, r)
+	}
+	return r, found, err
 }
 
 func (s *Service) decided(in SubmitOrder, orderID string, r idempotency.Record, replay bool) (Outcome, error) {

@@ -25,15 +25,16 @@ import (
 )
 
 // ResultFeed delivers every record stored after Watch returns, in order, from
-// one goroutine, until stop; bad receives records it cannot decode.
+// one goroutine, until stop; bad receives records it cannot decode; live is
+// nil while the feed delivers (it recovers by itself after an interruption).
 type ResultFeed interface {
-	Watch(ctx context.Context, f func(key string, rec idempotency.Record), bad func(key string, err error)) (stop func(), err error)
+	Watch(ctx context.Context, f func(key string, rec idempotency.Record), bad func(key string, err error)) (stop func(), live func() error, err error)
 }
 
 // DecisionFeed calls f with the order ID of every decision stored after
 // FollowDecisions returns, until stop.
 type DecisionFeed interface {
-	FollowDecisions(ctx context.Context, f func(orderID string)) (stop func(), err error)
+	FollowDecisions(ctx context.Context, f func(orderID string)) (stop func(), live func() error, err error)
 }
 
 // Config configures a Hub. Zero fields take defaults.
@@ -89,6 +90,7 @@ type Hub struct {
 
 	ctx      context.Context
 	stopAll  func()
+	live     func() error
 	evMu     sync.Mutex
 	stopDecs func() // nil while nobody long-polls
 	idle     *time.Timer
@@ -130,14 +132,14 @@ func New(cfg Config, results ResultFeed, decisions DecisionFeed, reg prometheus.
 // does not receive every event.
 func (h *Hub) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop, err := h.results.Watch(ctx, h.applyResult, func(key string, err error) {
+	stop, live, err := h.results.Watch(ctx, h.applyResult, func(key string, err error) {
 		h.logger.Error("undecodable result", "key", key, "err", err)
 	})
 	if err != nil {
 		cancel()
 		return err
 	}
-	h.ctx = ctx
+	h.ctx, h.live = ctx, live
 	h.stopAll = func() {
 		cancel()
 		stop()
@@ -175,7 +177,7 @@ func (h *Hub) followDecisions() error {
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, h.cfg.FollowTimeout)
 	defer cancel()
-	stop, err := h.decisions.FollowDecisions(ctx, func(orderID string) { h.waitingO.publish(orderID, struct{}{}) })
+	stop, _, err := h.decisions.FollowDecisions(ctx, func(orderID string) { h.waitingO.publish(orderID, struct{}{}) })
 	if err != nil {
 		return err
 	}
@@ -257,6 +259,18 @@ func (h *Hub) WatchOrder(orderID string) (c <-chan struct{}, cancel func()) {
 		h.logger.Warn("long polls wait for their deadline", "err", err)
 	}
 	return s.c, func() { s.close(); h.releaseDecisions() }
+}
+
+// Live is nil while the result feed delivers; while it does not, waiters
+// must read the store themselves (internal/app does).
+func (h *Hub) Live() error {
+	if h.live == nil {
+		return errors.New("hub not started")
+	}
+	if err := h.live(); err != nil {
+		return fmt.Errorf("result feed: %w", err)
+	}
+	return nil
 }
 
 // Waiters is the number of registered waiters.

@@ -20,20 +20,21 @@ type fakeFeeds struct {
 	decisions func(string)
 	follows   int
 	failStart error
+	down      error
 }
 
-func (f *fakeFeeds) Watch(_ context.Context, fn func(string, idempotency.Record), _ func(string, error)) (func(), error) {
+func (f *fakeFeeds) Watch(_ context.Context, fn func(string, idempotency.Record), _ func(string, error)) (func(), func() error, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.results = fn
-	return func() {}, nil
+	return func() {}, func() error { f.mu.Lock(); defer f.mu.Unlock(); return f.down }, nil
 }
 
-func (f *fakeFeeds) FollowDecisions(_ context.Context, fn func(string)) (func(), error) {
+func (f *fakeFeeds) FollowDecisions(_ context.Context, fn func(string)) (func(), func() error, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failStart != nil {
-		return nil, f.failStart
+		return nil, nil, f.failStart
 	}
 	f.follows++
 	f.decisions = fn
@@ -41,7 +42,7 @@ func (f *fakeFeeds) FollowDecisions(_ context.Context, fn func(string)) (func(),
 		f.mu.Lock()
 		f.decisions = nil
 		f.mu.Unlock()
-	}, nil
+	}, nil, nil
 }
 
 // following reports whether a decision feed runs.
@@ -213,5 +214,20 @@ func TestFanoutKeepsLatest(t *testing.T) {
 	other.close()
 	if f.count() != 0 || len(f.subs) != 0 {
 		t.Fatalf("after close: count %d, %d keys", f.count(), len(f.subs))
+	}
+}
+
+func TestLiveFollowsTheResultFeed(t *testing.T) {
+	t.Parallel()
+	feeds := &fakeFeeds{}
+	h := newHub(t, Config{ResultTTL: time.Hour}, feeds)
+	if err := h.Live(); err != nil {
+		t.Fatal(err)
+	}
+	feeds.mu.Lock()
+	feeds.down = errors.New("no heartbeat")
+	feeds.mu.Unlock()
+	if err := h.Live(); err == nil {
+		t.Fatal("live while the feed is down")
 	}
 }

@@ -31,7 +31,14 @@ func OpenCommands(ctx context.Context, js jetstream.JetStream, pub Publisher) (*
 
 // Publish stores cmd with Nats-Msg-Id = cmd.KeyHash and returns its stream
 // sequence; for a duplicate inside the window, the original's sequence.
+// Publishing the same command again is safe (the duplicate ack tells the
+// truth). Errors are *StoreError.
 func (c *Commands) Publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate bool, err error) {
+	seq, duplicate, err = c.publish(ctx, cmd)
+	return seq, duplicate, storeErr(err)
+}
+
+func (c *Commands) publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate bool, err error) {
 	data, err := gojson.Marshal(cmd)
 	if err != nil {
 		return 0, false, err
@@ -57,8 +64,13 @@ func (c *Commands) Publish(ctx context.Context, cmd events.CreateOrder) (seq uin
 }
 
 // Command reads the command stored at seq; jetstream.ErrMsgNotFound when
-// there is none.
+// there is none. Errors are *StoreError.
 func (c *Commands) Command(ctx context.Context, seq uint64) (events.CreateOrder, error) {
+	cmd, err := c.command(ctx, seq)
+	return cmd, storeErr(err)
+}
+
+func (c *Commands) command(ctx context.Context, seq uint64) (events.CreateOrder, error) {
 	m, err := c.stream.GetMsg(ctx, seq)
 	if err != nil {
 		return events.CreateOrder{}, err
@@ -74,18 +86,19 @@ func (c *Commands) Command(ctx context.Context, seq uint64) (events.CreateOrder,
 }
 
 // FindCommand reads the command of orderID: the one stored at the sequence the
-// ID names, if its nonce matches. ok is false when there is none.
+// ID names, if its nonce matches. ok is false when there is none. Errors are
+// *StoreError.
 func (c *Commands) FindCommand(ctx context.Context, orderID string) (cmd events.CreateOrder, ok bool, err error) {
 	seq, nonce, valid := events.ParseOrderID(orderID)
 	if !valid {
 		return events.CreateOrder{}, false, nil
 	}
-	cmd, err = c.Command(ctx, seq)
+	cmd, err = c.command(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return events.CreateOrder{}, false, nil
 	}
 	if err != nil {
-		return events.CreateOrder{}, false, err
+		return events.CreateOrder{}, false, storeErr(err)
 	}
 	return cmd, cmd.Nonce == nonce, nil
 }

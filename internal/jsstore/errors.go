@@ -82,3 +82,39 @@ func IsUnavailable(err error) bool {
 		errors.Is(err, jetstream.ErrStreamNotFound) ||
 		errors.As(err, &netErr)
 }
+
+// StoreError is the error of a call the application makes through an adapter
+// of this package. Besides the NATS error it wraps, it says what the caller
+// needs to decide, without knowing NATS:
+//
+//   - Temporary: NATS was unavailable (IsUnavailable); the same call may
+//     succeed later;
+//   - NotStored: the write certainly stored nothing (the server answered with
+//     an error, nobody received it, or it was never sent). A write that timed
+//     out is not NotStored: it may have been stored.
+type StoreError struct{ Err error }
+
+func (e *StoreError) Error() string { return e.Err.Error() }
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Temporary reports whether the call may succeed later unchanged.
+func (e *StoreError) Temporary() bool { return IsUnavailable(e.Err) }
+
+// NotStored reports whether a write certainly stored nothing.
+func (e *StoreError) NotStored() bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(e.Err, ErrStorageLow) ||
+		errors.As(e.Err, &apiErr) ||
+		errors.Is(e.Err, nats.ErrNoResponders) ||
+		errors.Is(e.Err, nats.ErrConnectionClosed) ||
+		errors.Is(e.Err, nats.ErrInvalidConnection) ||
+		errors.Is(e.Err, nats.ErrNoServers)
+}
+
+// storeErr wraps err in a StoreError (nil stays nil).
+func storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &StoreError{Err: err}
+}

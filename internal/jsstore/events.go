@@ -53,6 +53,7 @@ func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data
 
 // Event reads the terminal event of orderID; ok is false when it has none yet
 // or the ID is not an order ID. It is one read of the order's own subjects.
+// Errors are *StoreError.
 func (e *Events) Event(ctx context.Context, orderID string) (data []byte, ok bool, err error) {
 	if !events.ValidOrderID(orderID) {
 		return nil, false, nil
@@ -62,29 +63,21 @@ func (e *Events) Event(ctx context.Context, orderID string) (data []byte, ok boo
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, storeErr(err)
 	}
 	return m.Data, true, nil
 }
 
 // FollowDecisions calls f with the order ID of every event stored after it
-// returns, from one goroutine, until stop. It reads headers only, through one
-// ordered consumer.
-func (e *Events) FollowDecisions(ctx context.Context, f func(orderID string)) (stop func(), err error) {
-	cons, err := e.js.OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{
+// returns, from one goroutine, until the feed is stopped. It reads headers
+// only, through one ordered consumer (see Results.Watch).
+func (e *Events) FollowDecisions(ctx context.Context, f func(orderID string)) (stop func(), live func() error, err error) {
+	return follow(ctx, e.js, events.EventStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.EventSubjects}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("follow %s: %w", events.EventStream, err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	}, func(m jetstream.Msg) {
 		subj := m.Subject()
 		f(subj[strings.LastIndexByte(subj, '.')+1:])
 	})
-	if err != nil {
-		return nil, fmt.Errorf("follow %s: %w", events.EventStream, err)
-	}
-	return cc.Stop, nil
 }
 
 // Each calls f with every stored event, oldest first, through an ordered

@@ -73,11 +73,14 @@ func TestResults(t *testing.T) {
 		t.Fatalf("TTL %s", r.TTL())
 	}
 	var updates = make(chan idempotency.Record, 10)
-	stop, err := r.Watch(ctx, func(_ string, rec idempotency.Record) { updates <- rec }, func(string, error) {})
+	stop, live, err := r.Watch(ctx, func(_ string, rec idempotency.Record) { updates <- rec }, func(string, error) {})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
+	if err := live(); err != nil {
+		t.Fatalf("a fresh feed is not live: %v", err)
+	}
 	key := idempotency.KeyHash("t", "k")
 	if _, ok, err := r.Get(ctx, key); ok || err != nil {
 		t.Fatalf("get before: %v %v", ok, err)
@@ -130,7 +133,7 @@ func TestEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	decided := make(chan string, 10)
-	stop, err := e.FollowDecisions(ctx, func(id string) { decided <- id })
+	stop, _, err := e.FollowDecisions(ctx, func(id string) { decided <- id })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +17,7 @@ import (
 // Results is the ORDER_RESULTS bucket: hashed key -> idempotency.Record. It is
 // safe for concurrent use.
 type Results struct {
+	js  jetstream.JetStream
 	pub Publisher
 	kv  jetstream.KeyValue
 	ttl time.Duration
@@ -35,20 +37,21 @@ func OpenResults(ctx context.Context, js jetstream.JetStream, pub Publisher) (*R
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
 	}
-	return &Results{pub: pub, kv: kv, ttl: st.TTL()}, nil
+	return &Results{js: js, pub: pub, kv: kv, ttl: st.TTL()}, nil
 }
 
 // TTL is the bucket's time to live: how long a record answers retries.
 func (r *Results) TTL() time.Duration { return r.ttl }
 
-// Get returns the record of key; ok is false when the key has none.
+// Get returns the record of key; ok is false when the key has none. Errors
+// are *StoreError.
 func (r *Results) Get(ctx context.Context, key string) (rec idempotency.Record, ok bool, err error) {
 	e, err := r.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return idempotency.Record{}, false, nil
 	}
 	if err != nil {
-		return idempotency.Record{}, false, err
+		return idempotency.Record{}, false, storeErr(err)
 	}
 	return decodeEntry(e)
 }
@@ -108,32 +111,35 @@ func (r *Results) Purge(ctx context.Context, key string) error {
 }
 
 // Watch calls f with every record stored after Watch returns, in order, from
-// one goroutine, until stop (one server consumer whatever f does with them).
-// Records that cannot be decoded are passed to bad.
-func (r *Results) Watch(ctx context.Context, f func(key string, rec idempotency.Record), bad func(key string, err error)) (stop func(), err error) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := r.kv.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("watch %s: %w", r.kv.Bucket(), err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			rec, _, err := decodeEntry(e)
-			if err != nil {
-				bad(e.Key(), err)
-				continue
-			}
-			f(e.Key(), rec)
+// one goroutine, until the feed is stopped: one server consumer whatever f
+// does with them. Records that cannot be decoded are passed to bad.
+//
+// It is an ordered consumer with a heartbeat every second: when the server
+// that carries it goes away, the client notices the missing heartbeats and
+// recreates it where the stream lives, from the last record it delivered.
+// live reports whether the feed is live (see Feed.Err).
+func (r *Results) Watch(ctx context.Context, f func(key string, rec idempotency.Record), bad func(key string, err error)) (stop func(), live func() error, err error) {
+	return follow(ctx, r.js, ResultsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{resultsSubject + ">"}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	}, func(m jetstream.Msg) {
+		if op := m.Headers().Get(kvOperationHeader); op != "" {
+			return // a delete or purge marker
 		}
-	}()
-	return func() { cancel(); _ = w.Stop(); <-done }, nil
+		key := strings.TrimPrefix(m.Subject(), resultsSubject)
+		rec, err := idempotency.Decode(m.Data())
+		if err != nil {
+			bad(key, err)
+			return
+		}
+		if md, err := m.Metadata(); err == nil {
+			rec.Stored = md.Timestamp
+		}
+		f(key, rec)
+	})
 }
+
+// kvOperationHeader marks the delete and purge markers of a bucket.
+const kvOperationHeader = "KV-Operation"
 
 // Snapshot calls f with every current record (one watch, no per-key reads).
 func (r *Results) Snapshot(ctx context.Context, f func(key string, value []byte)) error {

@@ -21,6 +21,7 @@ const (
 	CodeUnauthorized = "unauthorized"
 	CodeNotFound     = "not_found"
 	CodeUnavailable  = "service_unavailable"
+	CodeUnknown      = "outcome_unknown"
 	CodeInternal     = "internal_error"
 	CodeMethod       = "method_not_allowed"
 	CodeNotReady     = "not_ready"

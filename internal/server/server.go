@@ -275,18 +275,18 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		ready = append(ready, ops.Check{Name: "storage", Run: s.guard.Check})
 	}
 	live := []ops.Check{{Name: "store", Run: func(context.Context) error { return s.fault.dead(cfg.StoreFaultGrace) }}}
-	opsHandler, err := ops.NewHandler(cfg.Ops, ready, live, s.registry)
-	if err != nil {
-		return nil, err
-	}
 	if s.ns != nil {
 		s.wg.Add(1)
 		go s.watchStore()
 	}
 	if !cfg.Roles.API {
+		opsHandler, err := ops.NewHandler(cfg.Ops, ready, live, s.registry)
+		if err != nil {
+			return nil, err
+		}
 		return s, s.serveHTTP(opsHandler)
 	}
-	return s, s.startAPI(ctx, js, opsHandler)
+	return s, s.startAPI(ctx, js, ready, live)
 }
 
 // connect starts the embedded server (unless a URL is given) and connects.
@@ -410,7 +410,7 @@ func (s *Server) startProjector(ctx context.Context, js jetstream.JetStream) err
 	})
 }
 
-func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, opsHandler http.Handler) error {
+func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, live []ops.Check) error {
 	results, err := jsstore.OpenResults(ctx, js, js)
 	if err != nil {
 		return err
@@ -442,6 +442,11 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, opsHandle
 		return err
 	}
 	s.svc = svc
+	ready = append(ready, ops.Check{Name: "results_feed", Run: func(context.Context) error { return h.Live() }})
+	opsHandler, err := ops.NewHandler(s.cfg.Ops, ready, live, s.registry)
+	if err != nil {
+		return err
+	}
 	handler, err := api.NewHandler(s.cfg.API, svc, opsHandler, s.registry, s.logger)
 	if err != nil {
 		return err
