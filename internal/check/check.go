@@ -198,6 +198,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.changed = []byte(`{"customer_id":"` + customer + `","currency":"EUR","items":[{"sku":"SKU-2","quantity":1,"unit_price":100}]}`)
 
+	if err := preflight(ctx, r.client, cfg); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	genEnd := start.Add(cfg.Duration)
 	if cfg.Duration <= 0 {
@@ -450,4 +453,27 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// preflight fails fast when the API or NATS cannot be reached, instead of
+// after the whole workload.
+func preflight(ctx context.Context, client *http.Client, cfg Config) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the API at %s: %w", cfg.URL, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the API at %s answers /healthz with %d", cfg.URL, resp.StatusCode)
+	}
+	if err := pingEvents(ctx, cfg.NATSURL); err != nil {
+		return fmt.Errorf("cannot read ORDER_EVENTS at %s: %w", cfg.NATSURL, err)
+	}
+	return nil
 }

@@ -30,6 +30,21 @@ type storedEvent struct {
 	HoldsKey    bool
 }
 
+// pingEvents checks that ORDER_EVENTS can be read at url.
+func pingEvents(ctx context.Context, url string) error {
+	nc, err := nats.Connect(url, nats.Name("orderly-check"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, err = js.Stream(ctx, events.EventStream)
+	return err
+}
+
 // readEvents reads the events stored since start whose customer is this run's.
 func readEvents(ctx context.Context, url string, since time.Time, customer string) ([]storedEvent, error) {
 	nc, err := nats.Connect(url, nats.Name("orderly-check"), nats.Timeout(5*time.Second))
@@ -115,14 +130,15 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 }
 
 // The rules the checker enforces.
 const (
-	RuleOneOrder     = "every accepted key has exactly one order"
-	RuleNoSecond     = "no key has two orders"
-	RuleNoStray      = "no order for a key that was never sent"
-	RuleReplay       = "every replay is byte-identical to the first answer"
-	RuleChanged      = "a changed-payload retry gets 422 and creates nothing"
-	RuleReadable     = "every accepted order can be read back"
-	RuleAnswered     = "every client got an answer before the deadline"
-	maxViolationsPer = 20
+	RuleOneOrder      = "every accepted key has exactly one order"
+	RuleNoSecond      = "no key has two orders"
+	RuleNoStray       = "no order for a key that was never sent"
+	RuleReplay        = "every replay is byte-identical to the first answer"
+	RuleChanged       = "a changed-payload retry gets 422 and creates nothing"
+	RuleReadable      = "every accepted order can be read back"
+	RuleAnswered      = "every client got an answer before the deadline"
+	RuleNothingStored = "no order for a key whose every answer said nothing was stored"
+	maxViolationsPer  = 20
 )
 
 func (r *runner) verify(evs []storedEvent, took time.Duration) *Report {
@@ -176,7 +192,10 @@ func (r *runner) verify(evs []storedEvent, took time.Duration) *Report {
 		if o.Scenario == Reject && created > 0 {
 			violate(RuleOneOrder, o.Key, "an order with a wrong total was created")
 		}
-		if !accepted && !o.ambiguous() && orders > 0 {
+		switch {
+		case o.nothingStored() && orders > 0:
+			violate(RuleNothingStored, o.Key, "every answer said nothing was stored (%s), yet %d orders stored", o.summary(), orders)
+		case !accepted && !o.ambiguous() && orders > 0:
 			violate(RuleNoStray, o.Key, "never accepted, yet %d orders stored", orders)
 		}
 		if !accepted {
@@ -226,14 +245,32 @@ func (r *runner) verify(evs []storedEvent, took time.Duration) *Report {
 }
 
 // ambiguous reports whether a request may have reached the server without an
-// answer (a drop, a transport error or a 503): an order may exist.
+// answer that says what happened (a drop, a transport error, a 503
+// outcome_unknown): an order may exist.
 func (o *Order) ambiguous() bool {
 	for _, a := range o.Attempts {
-		if a.Status == 0 || a.Status == http.StatusServiceUnavailable {
+		if a.Status == 0 || (a.Status == http.StatusServiceUnavailable && a.Code != "service_unavailable") {
 			return true
 		}
 	}
 	return false
+}
+
+// nothingStored reports whether every answer to the order's own payload was
+// "503 service_unavailable": the server promised each time that nothing was
+// stored.
+func (o *Order) nothingStored() bool {
+	n := 0
+	for _, a := range o.Attempts {
+		if a.Changed {
+			continue
+		}
+		if a.Status != http.StatusServiceUnavailable || a.Code != "service_unavailable" {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 func (o *Order) summary() string {

@@ -1,7 +1,9 @@
 package check
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +47,10 @@ func TestVerifyFindsEachViolation(t *testing.T) {
 			[]storedEvent{created("k", "fp")}, RuleNoStray},
 		{"a dropped request may have made the order", &Order{Key: "k", Scenario: Drop, Attempts: []Attempt{{Dropped: true}, ok201}, ReadBack: "created"},
 			[]storedEvent{created("k", "fp")}, ""},
+		{"an unknown outcome may have made the order", &Order{Key: "k", Scenario: Sync, Attempts: []Attempt{{Status: http.StatusServiceUnavailable, Code: "outcome_unknown"}, ok201}, ReadBack: "created"},
+			[]storedEvent{created("k", "fp")}, ""},
+		{"'nothing stored', yet an order", &Order{Key: "k", Scenario: Sync, Attempts: []Attempt{{Status: http.StatusServiceUnavailable, Code: "service_unavailable"}, {Status: http.StatusServiceUnavailable, Code: "service_unavailable"}}},
+			[]storedEvent{created("k", "fp")}, RuleNothingStored},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,5 +65,24 @@ func TestVerifyFindsEachViolation(t *testing.T) {
 				t.Fatalf("violations %q, want %q", rules, tc.rule)
 			}
 		})
+	}
+}
+
+// TestRunFailsFastWithoutTheAPIOrNATS: nothing to check against is an error
+// at once, not after the workload.
+func TestRunFailsFastWithoutTheAPIOrNATS(t *testing.T) {
+	t.Parallel()
+	cfg := Config{URL: "http://127.0.0.1:1", NATSURL: "nats://127.0.0.1:1", Clients: 1, Duration: time.Minute, Settle: time.Minute, RequestTimeout: time.Second}
+	begin := time.Now()
+	_, err := Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the API") || time.Since(begin) > 10*time.Second {
+		t.Fatalf("no API: %v after %s", err, time.Since(begin))
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	defer srv.Close()
+	cfg.URL = srv.URL
+	_, err = Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "cannot read ORDER_EVENTS") || time.Since(begin) > 20*time.Second {
+		t.Fatalf("no NATS: %v after %s", err, time.Since(begin))
 	}
 }
