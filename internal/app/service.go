@@ -222,10 +222,11 @@ func (s *Service) connected(ctx context.Context, deadline time.Time) error {
 	return nil
 }
 
-// attempt bounds one NATS call: attemptTimeout doubled per attempt, up to the
-// deadline, and less when the connection is lost meanwhile.
+// attempt bounds one NATS call: attemptTimeout, growing by as much per
+// attempt up to maxAttemptTimeout, within the deadline, and less when the
+// connection is lost meanwhile.
 func (s *Service) attempt(ctx context.Context, deadline time.Time, n int) (context.Context, context.CancelFunc) {
-	d := min(attemptTimeout<<min(n-1, 8), time.Until(deadline))
+	d := min(time.Duration(n)*attemptTimeout, maxAttemptTimeout, time.Until(deadline))
 	ctx, cancel := context.WithTimeout(ctx, d)
 	if s.cfg.Up == nil {
 		return ctx, cancel
@@ -235,9 +236,15 @@ func (s *Service) attempt(ctx context.Context, deadline time.Time, n int) (conte
 }
 
 // attemptTimeout is the first attempt's bound. It is far above a publish's
-// latency under load; an attempt that outlives it is a NATS that does not
-// answer (a leader election), and the next attempt waits twice as long.
-const attemptTimeout = time.Second
+// latency under load; an attempt that outlives it meets a NATS that does not
+// answer (a leader election, acks held up), and the next attempt waits a
+// second longer, up to maxAttemptTimeout: long enough to hear acks that are
+// seconds late, short enough that a request sent into a leader change is
+// sent again soon after the new leader takes writes.
+const (
+	attemptTimeout    = time.Second
+	maxAttemptTimeout = 3 * time.Second
+)
 
 // pause waits between attempts: 50ms doubling to 1s, cut short by the
 // deadline. False when there is no time left.
@@ -299,6 +306,7 @@ func (s *Service) publish(ctx context.Context, cmd events.CreateOrder) (seq uint
 		if !notStored(err) {
 			sent = true
 		}
+		s.logger.Debug("publish attempt failed", "attempt", n, "expired", expired, "err", err)
 		if !temporary(err) && !expired {
 			return 0, false, s.publishFailed(sent, err)
 		}

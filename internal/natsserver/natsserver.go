@@ -131,44 +131,17 @@ func Start(ctx context.Context, cfg Config) (*server.Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	opts := &server.Options{
-		ServerName:        cfg.ServerName,
-		JetStream:         true,
-		StoreDir:          cfg.StoreDir,
-		SyncAlways:        cfg.Fsync.Always,
-		SyncInterval:      cfg.Fsync.Interval,
-		NoSigs:            true,
-		JetStreamMaxStore: cfg.MaxStore,
-		// The server's own limit on pending bytes per client is generous; a slow
-		// in-process client must not be cut off under load.
-		MaxPending: 256 << 20,
-	}
-	if cfg.Fsync.Always {
-		opts.SyncInterval = 2 * time.Minute // ignored by the store when SyncAlways is set
-	}
-	if cfg.Listen == "" {
-		opts.DontListen = true
-	} else {
-		host, port, _ := splitHostPort(cfg.Listen)
-		opts.Host, opts.Port = host, port
-		if port > 0 { // fail at once, not after the readiness timeout, when the port is taken
-			ln, err := net.Listen("tcp", cfg.Listen)
-			if err != nil {
-				return nil, fmt.Errorf("embedded NATS: cannot listen on %s (another orderly or NATS? set --nats-listen): %w", cfg.Listen, err)
-			}
-			ln.Close()
+	if _, port, _ := splitHostPort(cfg.Listen); cfg.Listen != "" && port > 0 {
+		// Fail at once, not after the readiness timeout, when the port is taken.
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS: cannot listen on %s (another orderly or NATS? set --nats-listen): %w", cfg.Listen, err)
 		}
+		ln.Close()
 	}
-	if c := cfg.Cluster; c != nil {
-		host, port, _ := splitHostPort(c.Listen)
-		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port}
-		for _, r := range c.Routes {
-			urls := server.RoutesFromStr(r)
-			if len(urls) == 0 {
-				return nil, fmt.Errorf("embedded NATS: bad route %q", r)
-			}
-			opts.Routes = append(opts.Routes, urls...)
-		}
+	opts, err := Options(cfg)
+	if err != nil {
+		return nil, err
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -191,6 +164,43 @@ func Start(ctx context.Context, cfg Config) (*server.Server, error) {
 		return nil, err
 	}
 	return ns, nil
+}
+
+// Options are the nats-server options of cfg.
+func Options(cfg Config) (*server.Options, error) {
+	opts := &server.Options{
+		ServerName:        cfg.ServerName,
+		JetStream:         true,
+		StoreDir:          cfg.StoreDir,
+		SyncAlways:        cfg.Fsync.Always,
+		SyncInterval:      cfg.Fsync.Interval,
+		NoSigs:            true,
+		JetStreamMaxStore: cfg.MaxStore,
+		// The server's own limit on pending bytes per client is generous; a slow
+		// in-process client must not be cut off under load.
+		MaxPending: 256 << 20,
+	}
+	if cfg.Fsync.Always {
+		opts.SyncInterval = 2 * time.Minute // ignored by the store when SyncAlways is set
+	}
+	if cfg.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, _ := splitHostPort(cfg.Listen)
+		opts.Host, opts.Port = host, port
+	}
+	if c := cfg.Cluster; c != nil {
+		host, port, _ := splitHostPort(c.Listen)
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port}
+		for _, r := range c.Routes {
+			urls := server.RoutesFromStr(r)
+			if len(urls) == 0 {
+				return nil, fmt.Errorf("embedded NATS: bad route %q", r)
+			}
+			opts.Routes = append(opts.Routes, urls...)
+		}
+	}
+	return opts, nil
 }
 
 // waitJetStream polls AccountInfo until JetStream answers: ReadyForConnections does

@@ -82,40 +82,51 @@ func (p Ports) URLs() string {
 // ClusterAt is Cluster on the given ports.
 func ClusterAt(tb testing.TB, ports Ports) (urls string, stop func(i int)) {
 	tb.Helper()
+	c := StartCluster(tb, ports)
+	return c.URLs(), c.Stop
+}
+
+// TestCluster is a running embedded cluster whose nodes can be stopped and
+// started again on their data.
+type TestCluster struct {
+	tb    testing.TB
+	ports Ports
+	cfgs  []natsserver.Config
+	mu    sync.Mutex
+	nodes []*server.Server
+}
+
+// StartCluster starts an embedded cluster on ports; it stops when the test ends.
+func StartCluster(tb testing.TB, ports Ports) *TestCluster {
+	tb.Helper()
 	n := len(ports.Client)
-	clientPorts, routePorts := ports.Client, ports.Route
-	nodes := make([]*server.Server, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
+	c := &TestCluster{tb: tb, ports: ports, cfgs: make([]natsserver.Config, n), nodes: make([]*server.Server, n)}
 	for i := 0; i < n; i++ {
 		var routes []string
 		for j := 0; j < n; j++ {
 			if j != i {
-				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", routePorts[j]))
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports.Route[j]))
 			}
 		}
-		cfg := natsserver.Config{
-			ServerName: fmt.Sprintf("node-%d", i), StoreDir: tb.TempDir(),
-			Listen: fmt.Sprintf("127.0.0.1:%d", clientPorts[i]), Fsync: natsserver.Fsync{Interval: time.Second},
-			Cluster: &natsserver.ClusterConfig{Name: "orderly-test", Listen: fmt.Sprintf("127.0.0.1:%d", routePorts[i]), Routes: routes},
+		c.cfgs[i] = natsserver.Config{
+			ServerName: NodeName(i), StoreDir: tb.TempDir(),
+			Listen: fmt.Sprintf("127.0.0.1:%d", ports.Client[i]), Fsync: natsserver.Fsync{Interval: time.Second},
+			Cluster: &natsserver.ClusterConfig{Name: "orderly-test", Listen: fmt.Sprintf("127.0.0.1:%d", ports.Route[i]), Routes: routes},
 		}
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() { // all at once: JetStream needs a quorum before any node is ready
 			defer wg.Done()
-			nodes[i], errs[i] = natsserver.Start(context.Background(), cfg)
+			c.nodes[i], errs[i] = natsserver.Start(context.Background(), c.cfgs[i])
 		}()
 	}
 	wg.Wait()
-	var once sync.Map
-	stop = func(i int) {
-		if _, done := once.LoadOrStore(i, true); !done && nodes[i] != nil {
-			nodes[i].Shutdown()
-			nodes[i].WaitForShutdown()
-		}
-	}
 	tb.Cleanup(func() {
-		for i := range nodes {
-			stop(i)
+		for i := range c.nodes {
+			c.Stop(i)
 		}
 	})
 	for i, err := range errs {
@@ -123,5 +134,54 @@ func ClusterAt(tb testing.TB, ports Ports) (urls string, stop func(i int)) {
 			tb.Fatalf("cluster node %d: %v", i, err)
 		}
 	}
-	return ports.URLs(), stop
+	return c
+}
+
+// NodeName is the server name of node i.
+func NodeName(i int) string { return fmt.Sprintf("node-%d", i) }
+
+// URLs are the nodes' client URLs, comma-separated.
+func (c *TestCluster) URLs() string { return c.ports.URLs() }
+
+// Stop shuts node i down (again is a no-op).
+func (c *TestCluster) Stop(i int) {
+	c.mu.Lock()
+	ns := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if ns != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}
+}
+
+// Restart starts node i again on its data; it returns once the node accepts
+// connections (it catches up with the cluster on its own).
+func (c *TestCluster) Restart(i int) {
+	c.tb.Helper()
+	opts, err := natsserver.Options(c.cfgs[i])
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		c.tb.Fatalf("node %d did not come back", i)
+	}
+	c.mu.Lock()
+	c.nodes[i] = ns
+	c.mu.Unlock()
+}
+
+// Index is the node index of a server name, -1 for none.
+func (c *TestCluster) Index(serverName string) int {
+	for i := range c.cfgs {
+		if c.cfgs[i].ServerName == serverName {
+			return i
+		}
+	}
+	return -1
 }

@@ -76,7 +76,8 @@ type Config struct {
 	// doubling to 5s).
 	Backoff Backoff
 	// FaultBackoff spaces the retries of a message held during an
-	// infrastructure fault (default 100ms doubling to 5s).
+	// infrastructure fault (default 100ms doubling to 1s: a leader election
+	// is over within seconds, and a message should not sleep through its end).
 	FaultBackoff Backoff
 	// Timeout bounds one attempt of the handler, and each write of a give-up
 	// (default 5s). It must be shorter than the consumer's ack wait.
@@ -96,7 +97,7 @@ func (c *Config) setDefaults() {
 		c.Backoff = Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second}
 	}
 	if c.FaultBackoff == (Backoff{}) {
-		c.FaultBackoff = Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+		c.FaultBackoff = Backoff{Base: 100 * time.Millisecond, Max: time.Second}
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Second

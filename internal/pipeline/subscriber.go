@@ -73,6 +73,7 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 		close(out) // nobody sends any more
 	}()
 	slots := make(chan struct{}, s.p.cfg.Concurrency)
+	failures := 0
 	pause := func(d time.Duration) bool {
 		select {
 		case <-stop:
@@ -94,18 +95,24 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 			continue
 		}
 		batch, err := s.cons.Fetch(s.p.cfg.Concurrency, jetstream.FetchMaxWait(fetchWait))
-		if err != nil { // NATS is away: try again shortly
-			s.p.logger.Debug("fetch", "err", err)
-			if !pause(100 * time.Millisecond) {
-				return
+		if err == nil {
+			for jm := range batch.Messages() {
+				s.dispatch(ctx, jm, out, stop, slots, &inflight)
 			}
+			if err = batch.Error(); errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+				err = nil // an empty pull: nothing to do
+			}
+		}
+		if err == nil {
+			failures = 0
 			continue
 		}
-		for jm := range batch.Messages() {
-			s.dispatch(ctx, jm, out, stop, slots, &inflight)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			s.p.logger.Debug("fetch", "err", err)
+		// NATS is away, or the consumer has no leader (a pull then fails at
+		// once): wait before the next pull, longer each time.
+		failures++
+		s.p.logger.Debug("fetch", "err", err, "failures", failures)
+		if !pause(min(50*time.Millisecond<<min(failures-1, 5), time.Second)) {
+			return
 		}
 	}
 }

@@ -120,7 +120,7 @@ func DefaultConfig() Config {
 		Fsync:      natsserver.Fsync{Interval: time.Second},
 		Topology:   jsstore.DefaultTopology(),
 		API:        api.DefaultConfig(),
-		App:        app.Config{RequestTimeout: 2 * time.Second},
+		App:        app.Config{RequestTimeout: 10 * time.Second},
 		Hub:        hub.Config{CacheSize: 16384},
 		Processor: pipeline.Config{
 			Name: "processor", Stream: events.CommandStream, Consumer: jsstore.ProcessorConsumer,

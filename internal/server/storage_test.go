@@ -122,14 +122,14 @@ func readyz(url string) (orderlytest.Response, bool) {
 // order ID it was given.
 func TestFullDiskLosesNoAcceptedOrder(t *testing.T) {
 	t.Parallel()
-	dir, resize := smallDisk(t, 8<<20)
+	dir, resize := smallDisk(t, 5<<20)
 	cfg := orderlytest.Config(t)
 	cfg.DataDir = filepath.Join(dir, "data")
-	cfg.MinFreeSpace = 2 << 20
+	cfg.MinFreeSpace = 1 << 20
 	inst := orderlytest.Start(t, cfg)
 
 	load := startLoad(t, inst.URL, "full")
-	orderlytest.Eventually(t, 60*time.Second, "the disk to fill", func() bool { return load.refused.Load() > 100 })
+	orderlytest.Eventually(t, 3*time.Minute, "the disk to fill", func() bool { return load.refused.Load() > 100 })
 	var notReady int
 	for end := time.Now().Add(25 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
 		if _, ok := readyz(inst.URL); !ok {

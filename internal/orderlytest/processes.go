@@ -1,0 +1,168 @@
+package orderlytest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NATSServerBinary builds the nats-server of the pinned Go module once per
+// test binary and returns its path.
+func NATSServerBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "orderly-nats-server-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "nats-server")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/nats-io/nats-server/v2").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build nats-server: %v: %s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// ProcessCluster is a NATS cluster of nats-server processes, so that a node
+// can be killed with SIGKILL as a machine or a process dies: its raft
+// leaderships are not handed over, its followers must elect.
+type ProcessCluster struct {
+	t     testing.TB
+	ports Ports
+	args  [][]string
+	mu    sync.Mutex
+	procs []*exec.Cmd
+}
+
+// StartProcessCluster starts len(ports.Client) nats-server processes with
+// JetStream, each with its own store, and waits until JetStream answers.
+// Extra arguments (a config file, say) are passed to every node.
+func StartProcessCluster(t testing.TB, ports Ports, extra ...string) *ProcessCluster {
+	t.Helper()
+	bin := NATSServerBinary(t)
+	n := len(ports.Client)
+	c := &ProcessCluster{t: t, ports: ports, args: make([][]string, n), procs: make([]*exec.Cmd, n)}
+	for i := 0; i < n; i++ {
+		var routes []string
+		for j := 0; j < n; j++ {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports.Route[j]))
+			}
+		}
+		c.args[i] = append([]string{bin, "--name", NodeName(i), "--addr", "127.0.0.1", "--port", fmt.Sprint(ports.Client[i]),
+			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", ports.Route[i]), "--cluster_name", "orderly-test",
+			"--routes", strings.Join(routes, ","), "--jetstream", "--store_dir", t.TempDir()}, extra...)
+	}
+	for i := range c.args {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range c.procs {
+			c.Kill(i)
+		}
+	})
+	c.waitJetStream()
+	return c
+}
+
+func (c *ProcessCluster) start(i int) {
+	c.t.Helper()
+	cmd := exec.Command(c.args[i][0], c.args[i][1:]...)
+	if os.Getenv("ORDERLY_TEST_LOG") != "" {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.procs[i] = cmd
+	c.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", c.ports.Client[i]), time.Second)
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("nats-server node %d did not listen", i)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *ProcessCluster) waitJetStream() {
+	c.t.Helper()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("JetStream of the process cluster: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// URLs are the nodes' client URLs, comma-separated.
+func (c *ProcessCluster) URLs() string { return c.ports.URLs() }
+
+// Kill kills node i with SIGKILL (again is a no-op).
+func (c *ProcessCluster) Kill(i int) {
+	c.mu.Lock()
+	cmd := c.procs[i]
+	c.procs[i] = nil
+	c.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+}
+
+// Restart starts node i again on its data.
+func (c *ProcessCluster) Restart(i int) { c.start(i) }
+
+// Index is the node index of a server name, -1 for none.
+func (c *ProcessCluster) Index(serverName string) int {
+	for i := range c.args {
+		if NodeName(i) == serverName {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,228 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/check"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// probe sends sync orders with fresh keys to the APIs and records when each
+// started, how long it took and what it got.
+type probe struct {
+	mu   sync.Mutex
+	hits []hit
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type hit struct {
+	at     time.Time
+	took   time.Duration
+	status int
+	code   string
+}
+
+func startProbe(t *testing.T, urls ...string) *probe {
+	p := &probe{stop: make(chan struct{})}
+	for w := 0; w < 3; w++ {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-p.stop:
+					return
+				default:
+				}
+				url := urls[(w+i)%len(urls)]
+				key := fmt.Sprintf("probe-%d-%d", w, i)
+				begin := time.Now()
+				r, err := orderlytest.TryDo(http.MethodPost, url+"/v1/orders", orderlytest.Order("probe"),
+					"Content-Type: application/json", "Idempotency-Key: "+key)
+				h := hit{at: begin, took: time.Since(begin), status: r.Status}
+				if err != nil {
+					h.code = "transport: " + err.Error()
+				} else if r.Status >= 500 {
+					h.code = string(r.Body)
+				}
+				p.mu.Lock()
+				p.hits = append(p.hits, h)
+				p.mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	return p
+}
+
+func (p *probe) end() []hit {
+	close(p.stop)
+	p.wg.Wait()
+	sort.Slice(p.hits, func(i, j int) bool { return p.hits[i].at.Before(p.hits[j].at) })
+	return p.hits
+}
+
+// window measures, among the requests started in [from, to): the errors
+// (status 0 or 5xx), and the time from `from` until the last slow request
+// (over a second) ended.
+func window(hits []hit, from, to time.Time) (errs []hit, slowFor time.Duration, n int) {
+	for _, h := range hits {
+		if h.at.Before(from) || !h.at.Before(to) {
+			continue
+		}
+		n++
+		if h.status == 0 || h.status >= 500 {
+			errs = append(errs, h)
+		}
+		if h.took > time.Second {
+			slowFor = max(slowFor, h.at.Add(h.took).Sub(from))
+		}
+	}
+	return errs, slowFor, n
+}
+
+func leaderOf(t *testing.T, js jetstream.JetStream, stream string) string {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+		t.Fatalf("leader of %s: %+v %v", stream, info, err)
+	}
+	return info.Cluster.Leader
+}
+
+// caughtUp waits until every replica of every stream is current again, so
+// that the next kill leaves a current quorum to elect from.
+func caughtUp(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	orderlytest.Eventually(t, 60*time.Second, "the restarted node to catch up", func() bool {
+		for _, name := range []string{events.CommandStream, events.EventStream, events.DeadLetterStream, jsstore.ResultsStream} {
+			s, err := js.Stream(context.Background(), name)
+			if err != nil {
+				return false
+			}
+			info, err := s.Info(context.Background())
+			if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+				return false
+			}
+			for _, r := range info.Cluster.Replicas {
+				if !r.Current || r.Offline {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// feedNode is the server that carries one of the API processes' result
+// feeds (an ordered consumer of the bucket's stream).
+func feedNode(t *testing.T, js jetstream.JetStream) string {
+	t.Helper()
+	s, err := js.Stream(context.Background(), jsstore.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := s.ListConsumers(context.Background())
+	for info := range l.Info() {
+		if info.Cluster != nil && info.Cluster.Leader != "" {
+			return info.Cluster.Leader
+		}
+	}
+	t.Fatalf("no result feed found: %v", l.Err())
+	return ""
+}
+
+// TestFailoverUnderCheck kills with SIGKILL, under the checker's workload and
+// a timed probe on both APIs of a three-node R3 cluster of nats-server
+// processes, first the ORDER_COMMANDS leader (brought back after 12 s), then
+// the node that carries a result feed. The checker finds no violation; no
+// probe request fails (the budget of --nats-timeout, 10 s, outlasts an
+// election); and the requests slowed by each failover end within 15 s of the
+// kill: a killed leader's followers wait 4 to 9 s before they elect a new one
+// (nats-server's raft election timeout), a request sent into the change is
+// sent again within 3 s (the attempt cap), and a lost result feed is noticed
+// after two missed heartbeats (2 s): 9 + 3 + 2 = 14 s. Measured on the 2-core
+// machine with everything on it: 4.6 to 12.8 s.
+func TestFailoverUnderCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills cluster nodes for a minute; run without -short")
+	}
+	// Not parallel: it measures failover, not the CPU the other tests take.
+	cluster := orderlytest.StartProcessCluster(t, orderlytest.ClusterPorts(t, 3))
+	start := func() *orderlytest.Instance {
+		cfg := orderlytest.Config(t)
+		cfg.NATSURL = cluster.URLs()
+		cfg.Topology.Replicas = 3
+		return orderlytest.Start(t, cfg)
+	}
+	a, b := start(), start()
+	js := a.JetStream(t)
+
+	type result struct {
+		rep *check.Report
+		err error
+	}
+	checked := make(chan result, 1)
+	go func() {
+		rep, err := check.Run(context.Background(), check.Config{URL: a.URL, NATSURL: cluster.URLs(), Clients: 4,
+			Duration: 45 * time.Second, Settle: 60 * time.Second, RequestTimeout: 30 * time.Second})
+		checked <- result{rep, err}
+	}()
+	p := startProbe(t, a.URL, b.URL)
+
+	time.Sleep(5 * time.Second)
+	leader := cluster.Index(leaderOf(t, js, events.CommandStream))
+	kill1 := time.Now()
+	cluster.Kill(leader)
+	time.Sleep(12 * time.Second)
+	cluster.Restart(leader)
+	caughtUp(t, js)
+	time.Sleep(3 * time.Second)
+	feed := cluster.Index(feedNode(t, js))
+	kill2 := time.Now()
+	cluster.Kill(feed)
+	time.Sleep(15 * time.Second)
+	hits := p.end()
+
+	res := <-checked
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	for _, v := range res.rep.Violations {
+		t.Errorf("checker: %s: %s %s", v.Rule, v.Key, v.Detail)
+	}
+	for i, k := range []struct {
+		what string
+		at   time.Time
+		to   time.Time
+	}{{"ORDER_COMMANDS leader", kill1, kill1.Add(12 * time.Second)}, {"result feed's node", kill2, kill2.Add(15 * time.Second)}} {
+		errs, slowFor, n := window(hits, k.at, k.to)
+		t.Logf("kill %d (%s): %d probe requests, %d errors, slowed for %s after the kill", i+1, k.what, n, len(errs), slowFor.Round(100*time.Millisecond))
+		for _, e := range errs {
+			t.Errorf("kill %d: a client saw an error %s after the kill: %d %s", i+1, e.at.Sub(k.at).Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
+		}
+		if slowFor > 15*time.Second {
+			t.Errorf("kill %d (%s): requests slowed for %s, more than 15 s", i+1, k.what, slowFor)
+		}
+		if n < 20 {
+			t.Errorf("kill %d: only %d probe requests in the window", i+1, n)
+		}
+	}
+	t.Logf("checker: %d orders, %d requests, outcomes %v", res.rep.Orders, res.rep.Requests, res.rep.Outcomes)
+}
