@@ -124,18 +124,26 @@ func NewHandler(cfg Config, svc Service, ops http.Handler, reg prometheus.Regist
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
+	// A path with a trailing slash (or an unclean one) is not a resource:
+	// answer 404 problem+json instead of a redirect with an HTML body.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
 	r.Use(h.observe, h.recover)
 
 	v1 := r.Group("/v1", h.authenticate)
 	v1.POST("/orders", h.createOrder)
 	v1.GET("/orders/:id", h.getOrder)
+	v1.HEAD("/orders/:id", h.getOrder)
 	v1.GET("/orders/:id/events", h.getOrderEvents)
+	v1.HEAD("/orders/:id/events", h.getOrderEvents)
 
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		r.GET(path, gin.WrapH(ops))
 		r.HEAD(path, gin.WrapH(ops))
 	}
-	r.GET("/openapi.json", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", openAPI) })
+	serveOpenAPI := func(c *gin.Context) { c.Data(http.StatusOK, "application/json", openAPI) }
+	r.GET("/openapi.json", serveOpenAPI)
+	r.HEAD("/openapi.json", serveOpenAPI)
 	r.NoRoute(func(c *gin.Context) {
 		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Not found", "no resource at "+c.Request.URL.Path))
 	})
@@ -168,6 +176,9 @@ func (h *handlers) authenticate(c *gin.Context) {
 	}
 	const prefix = "Bearer "
 	auth := c.GetHeader("Authorization")
+	// A refused request's body is never read: the connection is closed
+	// after the 401 instead of draining what the client still sends.
+	c.Header("Connection", "close")
 	if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
 		c.Header("WWW-Authenticate", `Bearer realm="orderly"`)
 		writeProblem(c, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "Unauthorized", "send Authorization: Bearer <token>"))
@@ -181,6 +192,7 @@ func (h *handlers) authenticate(c *gin.Context) {
 		c.Abort()
 		return
 	}
+	c.Writer.Header().Del("Connection")
 	c.Set(tenantKey, tenant)
 }
 

@@ -28,10 +28,13 @@ func keyInvalid(format string, a ...any) *KeyError {
 // The key is a Structured Field string as in draft-ietf-httpapi-idempotency-key-header
 // ("..." with \" and \\ as the only escapes) or the same value bare; after
 // unquoting it is 1 to 255 characters of visible ASCII (0x21-0x7E). Quoted and
-// bare forms are the same key. A bare key must not start with a quote or hold a
-// comma: a comma is how HTTP joins repeated fields, so it would be ambiguous.
-// No field, or an empty one, is idempotency_key_missing; two fields or any
-// other defect is idempotency_key_invalid.
+// bare forms are the same key. Structured Field parameters (RFC 9651:
+// ;name or ;name=value after the key) are allowed in both forms and ignored:
+// "abc";p=1 and abc;p=1 are the key abc. So a bare key ends at its first
+// semicolon, and must not start with a quote or hold a comma (a comma is how
+// HTTP joins repeated fields): quote a key that holds either. No field, or an
+// empty one, is idempotency_key_missing; two fields or any other defect is
+// idempotency_key_invalid.
 func ParseIdempotencyKey(values []string) (string, *KeyError) {
 	switch len(values) {
 	case 0:
@@ -44,14 +47,26 @@ func ParseIdempotencyKey(values []string) (string, *KeyError) {
 	if v == "" || v == `""` {
 		return "", &KeyError{Code: problem.CodeKeyMissing, Detail: "the Idempotency-Key header is empty"}
 	}
-	key := v
+	var key, params string
 	if v[0] == '"' {
 		var err *KeyError
-		if key, err = unquote(v); err != nil {
+		if key, params, err = unquote(v); err != nil {
 			return "", err
 		}
-	} else if strings.IndexByte(v, ',') >= 0 {
-		return "", keyInvalid("a bare idempotency key must not contain a comma (two Idempotency-Key fields?); quote it")
+	} else {
+		key, params = v, ""
+		if i := strings.IndexByte(v, ';'); i >= 0 {
+			key, params = v[:i], v[i:]
+		}
+		if strings.IndexByte(key, ',') >= 0 {
+			return "", keyInvalid("a bare idempotency key must not contain a comma (two Idempotency-Key fields?); quote it")
+		}
+		if key == "" {
+			return "", &KeyError{Code: problem.CodeKeyMissing, Detail: "the Idempotency-Key header has parameters but no key"}
+		}
+	}
+	if err := checkParams(params); err != nil {
+		return "", err
 	}
 	if len(key) > MaxKeyLength {
 		return "", keyInvalid("the idempotency key has %d characters; at most %d are allowed", len(key), MaxKeyLength)
@@ -64,31 +79,79 @@ func ParseIdempotencyKey(values []string) (string, *KeyError) {
 	return key, nil
 }
 
-// unquote parses a Structured Field string (RFC 9651 section 3.3.3) that must
-// make up the whole value.
-func unquote(v string) (string, *KeyError) {
+// unquote parses a Structured Field string (RFC 9651 section 3.3.3) at the
+// start of v and returns it and what follows (its parameters).
+func unquote(v string) (key, rest string, _ *KeyError) {
 	var b strings.Builder
 	for i := 1; i < len(v); i++ {
 		switch c := v[i]; {
 		case c == '\\':
 			i++
 			if i >= len(v) || (v[i] != '"' && v[i] != '\\') {
-				return "", keyInvalid(`in a quoted idempotency key a backslash may only escape " or \`)
+				return "", "", keyInvalid(`in a quoted idempotency key a backslash may only escape " or \`)
 			}
 			b.WriteByte(v[i])
 		case c == '"':
-			if i != len(v)-1 {
-				return "", keyInvalid("unexpected characters after the closing quote of the idempotency key")
-			}
 			if b.Len() == 0 {
-				return "", &KeyError{Code: problem.CodeKeyMissing, Detail: "the Idempotency-Key header is empty"}
+				return "", "", &KeyError{Code: problem.CodeKeyMissing, Detail: "the Idempotency-Key header is empty"}
 			}
-			return b.String(), nil
+			return b.String(), v[i+1:], nil
 		case c < 0x20 || c > 0x7e:
-			return "", keyInvalid("the idempotency key may hold only visible ASCII characters; found byte 0x%02x", c)
+			return "", "", keyInvalid("the idempotency key may hold only visible ASCII characters; found byte 0x%02x", c)
 		default:
 			b.WriteByte(c)
 		}
 	}
-	return "", keyInvalid("the quoted idempotency key has no closing quote")
+	return "", "", keyInvalid("the quoted idempotency key has no closing quote")
+}
+
+// checkParams checks Structured Field parameters (RFC 9651 section 3.1.2):
+// *( ";" *SP key [ "=" bare-item ] ), key = ( lcalpha / "*" ) *( lcalpha /
+// DIGIT / "_" / "-" / "." / "*" ). Values are a token, a number, a string, a
+// byte sequence or a boolean; their meaning is ignored.
+func checkParams(p string) *KeyError {
+	bad := func(why string) *KeyError {
+		return keyInvalid("the parameters after the idempotency key (%q) are not Structured Field parameters: %s", p, why)
+	}
+	for p != "" {
+		if p[0] != ';' {
+			return bad("unexpected characters after the key; quote a key that holds them")
+		}
+		p = strings.TrimLeft(p[1:], " ")
+		n := 0
+		for n < len(p) && (p[n] >= 'a' && p[n] <= 'z' || p[n] == '*' || n > 0 && (p[n] >= '0' && p[n] <= '9' || strings.IndexByte("_-.", p[n]) >= 0)) {
+			n++
+		}
+		if n == 0 {
+			return bad("a parameter name starts with a lower-case letter or *")
+		}
+		p = p[n:]
+		if p == "" || p[0] == ';' {
+			continue
+		}
+		if p[0] != '=' {
+			return bad("expected = or ; after a parameter name")
+		}
+		p = p[1:]
+		if p != "" && p[0] == '"' {
+			_, rest, err := unquote(p)
+			if err != nil && !strings.Contains(err.Detail, "empty") {
+				return bad("a quoted parameter value is malformed")
+			}
+			if err != nil { // an empty string value: ""
+				rest = p[2:]
+			}
+			p = rest
+			continue
+		}
+		m := 0
+		for m < len(p) && p[m] != ';' && p[m] > 0x20 && p[m] < 0x7f && p[m] != ',' && p[m] != '"' {
+			m++
+		}
+		if m == 0 {
+			return bad("a parameter value is empty")
+		}
+		p = p[m:]
+	}
+	return nil
 }

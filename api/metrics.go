@@ -48,8 +48,20 @@ func (h *handlers) observe(c *gin.Context) {
 	if route == "" {
 		route = "unmatched"
 	}
-	h.metrics.requests.WithLabelValues(c.Request.Method, route, strconv.Itoa(c.Writer.Status())).Inc()
-	h.metrics.duration.WithLabelValues(c.Request.Method, route).Observe(time.Since(start).Seconds())
+	method := methodLabel(c.Request.Method)
+	h.metrics.requests.WithLabelValues(method, route, strconv.Itoa(c.Writer.Status())).Inc()
+	h.metrics.duration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
+}
+
+// methodLabel bounds the method label: a client may send any token as its
+// method, and each new label value is a new series.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
 }
 
 func (m *httpMetrics) outcome(out app.Outcome) {

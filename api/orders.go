@@ -32,7 +32,7 @@ func (h *handlers) createOrder(c *gin.Context) {
 		writeProblem(c, problem.New(http.StatusBadRequest, kerr.Code, title, kerr.Detail))
 		return
 	}
-	if p := checkJSON(c.GetHeader("Content-Type")); p != nil {
+	if p := checkJSON(c.Request.Header); p != nil {
 		writeProblem(c, p)
 		return
 	}
@@ -43,8 +43,12 @@ func (h *handlers) createOrder(c *gin.Context) {
 	}
 	req, ferrs := DecodeOrder(body)
 	if ferrs != nil {
-		p := problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request",
-			fmt.Sprintf("the order has %d error(s); nothing was stored, so a corrected request may reuse the key", len(ferrs)))
+		detail := fmt.Sprintf("the order has %d error(s); nothing was stored, so a corrected request may reuse the key", len(ferrs))
+		if len(ferrs) > MaxFieldErrors {
+			detail = fmt.Sprintf("the order has %d errors, the first %d are listed; nothing was stored, so a corrected request may reuse the key", len(ferrs), MaxFieldErrors)
+			ferrs = ferrs[:MaxFieldErrors]
+		}
+		p := problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request", detail)
 		p.Errors = ferrs
 		writeProblem(c, p)
 		return
@@ -113,11 +117,28 @@ func writeResult(c *gin.Context, r idempotency.Record, replayed bool) {
 	c.Data(r.Status, r.ContentType, r.Body)
 }
 
-// checkJSON accepts application/json with no parameters but charset=utf-8.
-func checkJSON(contentType string) *problem.Problem {
+// MaxFieldErrors is how many field errors a 400 lists at most.
+const MaxFieldErrors = 20
+
+// checkJSON accepts one Content-Type field, application/json with no
+// parameters but charset=utf-8, and no content coding but identity.
+func checkJSON(h http.Header) *problem.Problem {
 	bad := func(detail string) *problem.Problem {
 		return problem.New(http.StatusUnsupportedMediaType, problem.CodeMediaType, "Unsupported media type", detail)
 	}
+	if n := len(h.Values("Content-Type")); n > 1 {
+		p := problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request", fmt.Sprintf("send one Content-Type field, not %d", n))
+		p.Errors = []problem.FieldError{{Field: "Content-Type", Reason: "given more than once"}}
+		return p
+	}
+	for _, v := range h.Values("Content-Encoding") {
+		for _, coding := range strings.Split(v, ",") {
+			if c := strings.TrimSpace(coding); c != "" && !strings.EqualFold(c, "identity") {
+				return bad(fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", c))
+			}
+		}
+	}
+	contentType := h.Get("Content-Type")
 	if contentType == "" {
 		return bad("send the order as Content-Type: application/json")
 	}
@@ -168,25 +189,57 @@ func (h *handlers) getOrder(c *gin.Context) {
 	c.Data(http.StatusOK, "application/json", v.Body)
 }
 
-// waitParam parses ?wait= as a Go duration ("10s") or whole seconds ("10").
+// waitParam parses ?wait= as a Go duration ("10s") or whole seconds ("10"),
+// capped by MaxWait, whatever its size.
 func (h *handlers) waitParam(s string) (time.Duration, *problem.Problem) {
 	if s == "" {
 		return 0, nil
 	}
+	if isDigits(s) {
+		return capSeconds(s, h.cfg.MaxWait), nil
+	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		n, nerr := strconv.ParseUint(s, 10, 32)
-		if nerr != nil {
-			p := problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request", "wait must be a duration such as 10s")
-			p.Errors = []problem.FieldError{{Field: "wait", Reason: "must be a duration such as 10s or whole seconds"}}
-			return 0, p
+		if errors.Is(err, strconv.ErrRange) || strings.Contains(err.Error(), "invalid duration") && isDuration(s) {
+			return h.cfg.MaxWait, nil // a well-formed duration too large for time.Duration
 		}
-		d = time.Duration(n) * time.Second
+		p := problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request", "wait must be a duration such as 10s")
+		p.Errors = []problem.FieldError{{Field: "wait", Reason: "must be a duration such as 10s or whole seconds"}}
+		return 0, p
 	}
-	if d < 0 {
-		d = 0
+	return min(max(d, 0), h.cfg.MaxWait), nil
+}
+
+// isDuration reports whether s has the shape of a positive Go duration
+// (digits and units), so that an overflow can be told from garbage.
+func isDuration(s string) bool {
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return false
 	}
-	return min(d, h.cfg.MaxWait), nil
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c == '.' || strings.IndexByte("nsuµmh", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// capSeconds parses whole seconds (digits only), capped at limit.
+func capSeconds(s string, limit time.Duration) time.Duration {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n > uint64(limit/time.Second)+1 {
+		return limit
+	}
+	return min(time.Duration(n)*time.Second, limit)
 }
 
 // getOrderEvents is GET /v1/orders/{id}/events.

@@ -1,10 +1,12 @@
 package api
 
 import (
-	"strconv"
 	"strings"
 	"time"
 )
+
+// maxPreferWait bounds a parsed wait=N before the server's own cap.
+const maxPreferWait = 24 * time.Hour
 
 // Preferences are the parts of the Prefer header (RFC 7240) that orderly honours.
 type Preferences struct {
@@ -31,8 +33,8 @@ func ParsePrefer(values []string) Preferences {
 			case "respond-async":
 				p.RespondAsync = true
 			case "wait":
-				if n, err := strconv.ParseUint(value, 10, 32); err == nil {
-					p.Wait, p.HasWait = time.Duration(n)*time.Second, true
+				if isDigits(value) { // any size: the server caps it
+					p.Wait, p.HasWait = capSeconds(value, maxPreferWait), true
 				}
 			}
 		}

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	gojson "github.com/goccy/go-json"
 
 	"github.com/orderly-dev/orderly/events"
@@ -27,8 +29,16 @@ const (
 // every field error it finds, not only the first: a malformed body is a single
 // error on the field "". Field names match exactly (case matters) and unknown
 // fields are errors, so that a typo is not silently ignored.
+//
+// The body must be I-JSON (RFC 7493), because the fingerprint is computed
+// over the decoded request: a name given twice (which value counts?), invalid
+// UTF-8 and lone surrogates (both decode to U+FFFD, so two different bodies
+// would be one request) and numbers with leading zeros are errors.
 func DecodeOrder(body []byte) (events.OrderRequest, []problem.FieldError) {
 	var req events.OrderRequest
+	if fe := strictJSON(body); fe != nil {
+		return req, []problem.FieldError{*fe}
+	}
 	var fields map[string]json.RawMessage
 	if err := gojson.Unmarshal(body, &fields); err != nil {
 		return req, []problem.FieldError{{Field: "", Reason: jsonReason(err, body)}}
@@ -206,4 +216,56 @@ func jsonReason(err error, body []byte) string {
 		return fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, msg)
 	}
 	return "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// strictJSON reports what makes body not I-JSON, on the field it concerns.
+func strictJSON(body []byte) *problem.FieldError {
+	if jsontext.Value(body).IsValid() {
+		return nil
+	}
+	_, err := jsontext.NewDecoder(bytes.NewReader(body)).ReadValue()
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) {
+		if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return &problem.FieldError{Field: "", Reason: "unexpected end of JSON input"}
+		}
+		return &problem.FieldError{Field: "", Reason: "malformed JSON: " + strings.TrimPrefix(err.Error(), "jsontext: ")}
+	}
+	field := pointerField(string(se.JSONPointer))
+	msg := se.Err.Error()
+	switch {
+	case errors.Is(se.Err, jsontext.ErrDuplicateName): // the pointer names the repeated field
+		return &problem.FieldError{Field: field, Reason: "appears more than once; send each field once"}
+	case strings.Contains(msg, "invalid UTF-8"):
+		return &problem.FieldError{Field: field, Reason: fmt.Sprintf("must be valid UTF-8 (invalid byte after offset %d)", se.ByteOffset)}
+	case strings.Contains(msg, "surrogate"):
+		return &problem.FieldError{Field: field, Reason: `holds a \u escape of a lone UTF-16 surrogate; escape a character outside the BMP as a pair`}
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] != '{' && b[0] != 'n' {
+		return &problem.FieldError{Field: "", Reason: "the body must be a JSON object"}
+	}
+	if errors.Is(se.Err, io.ErrUnexpectedEOF) {
+		msg = "unexpected end of JSON input"
+	}
+	return &problem.FieldError{Field: "", Reason: fmt.Sprintf("malformed JSON after byte %d: %s", se.ByteOffset, msg)}
+}
+
+// pointerField turns a JSON pointer such as /items/0/sku into items[0].sku.
+func pointerField(ptr string) string {
+	if ptr == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, tok := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
+		if _, err := strconv.Atoi(tok); err == nil {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	return b.String()
 }

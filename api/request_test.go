@@ -47,6 +47,11 @@ func TestDecodeOrderErrors(t *testing.T) {
 		{"control character", `{"customer_id":"c\u0000","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
 		{"overflow", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":9223372036854775807,"unit_price":2}]}`, []string{"items"}},
 		{"out of range", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":99999999999999999999,"unit_price":2}]}`, []string{"items[0].quantity"}},
+		{"a field twice", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":1,"total":100}`, []string{"total"}},
+		{"a nested field twice", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","sku":"y","quantity":1,"unit_price":1}]}`, []string{"items[0].sku"}},
+		{"leading zero", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":0100}]}`, []string{""}},
+		{"invalid UTF-8", "{\"customer_id\":\"c\xff\",\"currency\":\"EUR\",\"items\":[{\"sku\":\"x\",\"quantity\":1,\"unit_price\":1}]}", []string{"customer_id"}},
+		{"lone surrogate", `{"customer_id":"c\ud800","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
 		{"long customer", `{"customer_id":"` + strings.Repeat("c", MaxCustomerIDLen+1) + `","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
 	}
 	for _, tc := range cases {

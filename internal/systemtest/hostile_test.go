@@ -1,0 +1,185 @@
+package systemtest
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// Hostile and buggy clients: what the security review reproduced, one test
+// per finding.
+
+// TestHostileOrderIDs: nothing a client puts where an order ID goes reaches
+// NATS as a subject: a long ID, wildcards and IDs that are not subject tokens
+// are 404 (never 503), and the service keeps working afterwards.
+func TestHostileOrderIDs(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("tenant-a token-a\ntenant-b token-b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.API.Tokens = map[string]string{"token-a": "tenant-a", "token-b": "tenant-b"}
+	inst := orderlytest.Start(t, cfg)
+	created := inst.PostOrder(t, "hostile-1", orderlytest.Order("c-secret"), "Authorization: Bearer token-a")
+	if created.Status != http.StatusCreated {
+		t.Fatalf("setup: %d %s", created.Status, created.Body)
+	}
+	for _, id := range []string{strings.Repeat("z", 5000), "%3E", "*", "ord_*", "a%20b", "a%09b", "..", "ord_%3E", "%2A.%3E"} {
+		for _, suffix := range []string{"", "/events"} {
+			r := orderlytest.Do(t, http.MethodGet, inst.URL+"/v1/orders/"+id+suffix, nil, "Authorization: Bearer token-b")
+			if r.Status != http.StatusNotFound || bytes.Contains(r.Body, []byte("c-secret")) {
+				t.Fatalf("GET /v1/orders/%.40s%s: %d %.200s", id, suffix, r.Status, r.Body)
+			}
+		}
+	}
+	if r := inst.PostOrder(t, "hostile-2", orderlytest.Order("c-2"), "Authorization: Bearer token-a"); r.Status != http.StatusCreated {
+		t.Fatalf("after the hostile IDs: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestStrictJSONUnderTheFingerprint: what would decode to one request from
+// different bodies is refused with the field.
+func TestStrictJSONUnderTheFingerprint(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	for name, tc := range map[string]struct{ body, field string }{
+		"a field twice":  {`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":1,"total":100}`, "total"},
+		"leading zero":   {`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":0100}]}`, ""},
+		"invalid UTF-8":  {"{\"customer_id\":\"c\xff\",\"currency\":\"EUR\",\"items\":[{\"sku\":\"x\",\"quantity\":1,\"unit_price\":1}]}", "customer_id"},
+		"other UTF-8":    {"{\"customer_id\":\"c\xfe\",\"currency\":\"EUR\",\"items\":[{\"sku\":\"x\",\"quantity\":1,\"unit_price\":1}]}", "customer_id"},
+		"lone surrogate": {`{"customer_id":"c\ud800","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, "customer_id"},
+	} {
+		r := inst.PostOrder(t, "strict-"+strings.ReplaceAll(name, " ", "-"), []byte(tc.body))
+		p := r.Problem(t)
+		errs, _ := p["errors"].([]any)
+		if r.Status != http.StatusBadRequest || len(errs) != 1 || errs[0].(map[string]any)["field"] != tc.field {
+			t.Fatalf("%s: %d %s, want 400 on field %q", name, r.Status, r.Body, tc.field)
+		}
+	}
+}
+
+// TestContentCodingAndTypes: a compressed body is 415, not a parse error; a
+// coding header on a plain body is 415; two Content-Type fields are 400.
+func TestContentCodingAndTypes(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	_, _ = w.Write(orderlytest.Order("c-1"))
+	_ = w.Close()
+	if r := inst.PostOrder(t, "coding-1", gz.Bytes(), "Content-Encoding: gzip"); r.Status != http.StatusUnsupportedMediaType {
+		t.Fatalf("gzip body: %d %s", r.Status, r.Body)
+	}
+	if r := inst.PostOrder(t, "coding-2", orderlytest.Order("c-1"), "Content-Encoding: br"); r.Status != http.StatusUnsupportedMediaType {
+		t.Fatalf("br header on a plain body: %d %s", r.Status, r.Body)
+	}
+	if r := inst.PostOrder(t, "coding-3", orderlytest.Order("c-1"), "Content-Encoding: identity"); r.Status != http.StatusCreated {
+		t.Fatalf("identity: %d %s", r.Status, r.Body)
+	}
+	if r := inst.PostOrder(t, "coding-4", orderlytest.Order("c-1"), "Content-Type: text/plain"); r.Status != http.StatusBadRequest || r.Problem(t)["code"] != "invalid_request" {
+		t.Fatalf("two Content-Type fields: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestHTTPDetails: HEAD where GET is served, a trailing slash answers
+// problem+json, a body of many bad items gets a bounded error list, and
+// huge waits are capped like durations.
+func TestHTTPDetails(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	created := inst.PostOrder(t, "details-1", orderlytest.Order("c-1"))
+	loc := created.Header.Get("Location")
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.json", loc, loc + "/events"} {
+		if r := orderlytest.Do(t, http.MethodHead, inst.URL+path, nil); r.Status != http.StatusOK || len(r.Body) != 0 {
+			t.Fatalf("HEAD %s: %d", path, r.Status)
+		}
+	}
+	for _, path := range []string{loc + "/", "/v1/orders/", "/healthz/"} {
+		r := orderlytest.Do(t, http.MethodGet, inst.URL+path, nil)
+		if r.Status != http.StatusNotFound || r.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("GET %s: %d %s %s", path, r.Status, r.Header.Get("Content-Type"), r.Body)
+		}
+	}
+	var items []string
+	for i := 0; i < 300; i++ {
+		items = append(items, `{"sku":"","quantity":0,"unit_price":-1,"x":1}`)
+	}
+	body := []byte(`{"customer_id":"","currency":"eur","items":[` + strings.Join(items, ",") + `]}`)
+	r := inst.PostOrder(t, "details-2", body)
+	if r.Status != http.StatusBadRequest || len(r.Body) > 4096 || len(r.Problem(t)["errors"].([]any)) != 20 {
+		t.Fatalf("%d-byte body of bad items: %d, %d-byte answer", len(body), r.Status, len(r.Body))
+	}
+	if !strings.Contains(r.Problem(t)["detail"].(string), "the first 20 are listed") {
+		t.Fatalf("detail: %s", r.Problem(t)["detail"])
+	}
+	for _, wait := range []string{"99999999999999999999", "9999999999h"} {
+		begin := time.Now()
+		r := orderlytest.Do(t, http.MethodGet, inst.URL+loc+"?wait="+url.QueryEscape(wait), nil)
+		if r.Status != http.StatusOK || time.Since(begin) > 5*time.Second {
+			t.Fatalf("?wait=%s: %d %s", wait, r.Status, r.Body)
+		}
+	}
+	begin := time.Now()
+	if r := inst.PostOrder(t, "details-1", orderlytest.Order("c-1"), "Prefer: wait=99999999999999999999"); r.Status != http.StatusCreated ||
+		r.Header.Get("Preference-Applied") != "wait=30" || time.Since(begin) > 5*time.Second {
+		t.Fatalf("Prefer: wait=huge: %d %v", r.Status, r.Header)
+	}
+}
+
+// TestKeyParameters: RFC 9651 parameters on the key are ignored in the
+// quoted and the bare form alike: both are the key abc.
+func TestKeyParameters(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	first := inst.PostOrder(t, `"params-abc";p=1`, orderlytest.Order("c-1"))
+	if first.Status != http.StatusCreated {
+		t.Fatalf("quoted with a parameter: %d %s", first.Status, first.Body)
+	}
+	for _, key := range []string{`params-abc;p=1`, `params-abc`, `"params-abc"`} {
+		r := inst.PostOrder(t, key, orderlytest.Order("c-1"))
+		if r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(r.Body, first.Body) {
+			t.Fatalf("%s: %d %v, want a replay of the first", key, r.Status, r.Header)
+		}
+	}
+}
+
+// TestMetricsCardinalityIsBounded: invented methods and paths do not grow
+// /metrics.
+func TestMetricsCardinalityIsBounded(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	size := func() int { return len(orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil).Body) }
+	raw := func(req string) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(inst.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, _ = conn.Write([]byte(req))
+		_, _ = http.ReadResponse(bufio.NewReader(conn), nil)
+	}
+	raw("M000000 / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	raw("GET /p000000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	size() // the series of GET /metrics itself
+	before := size()
+	for i := 1; i < 300; i++ {
+		raw(fmt.Sprintf("M%06d / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", i))
+		raw(fmt.Sprintf("GET /p%06d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", i))
+	}
+	if after := size(); after > before+512 {
+		t.Fatalf("/metrics grew from %d to %d bytes with 600 invented methods and paths:\n%s", before, after,
+			orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil).Body)
+	}
+}
