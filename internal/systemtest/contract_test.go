@@ -298,7 +298,8 @@ func TestTooLargeAndWrongMediaTypeAreNotStored(t *testing.T) {
 	if noCT.Status != http.StatusUnsupportedMediaType {
 		t.Fatalf("no Content-Type: %d", noCT.Status)
 	}
-	ok := inst.PostOrder(t, "size-1", orderlytest.Order("c-1"), "Content-Type: application/json; charset=utf-8")
+	ok := orderlytest.Do(t, http.MethodPost, inst.URL+"/v1/orders", orderlytest.Order("c-1"),
+		"Content-Type: application/json; charset=utf-8", "Idempotency-Key: size-1")
 	if ok.Status != http.StatusCreated {
 		t.Fatalf("after 413/415 the key must be free: %d %s", ok.Status, ok.Body)
 	}
