@@ -30,7 +30,7 @@ trap cleanup EXIT
 
 start
 echo "orderly serve (pid $PID) is up; starting the checker for $DURATION"
-"$BIN" check --url "http://$HTTP" --nats-url "nats://$NATS" --duration "$DURATION" \
+"$BIN" check --url "http://$HTTP" --nats-url "nats://$NATS" --nats-nkey "$WORK/data/credentials/operator.nk" --duration "$DURATION" \
   --retry-delay 3s --settle 40s --report "$WORK/report.json" &
 CHECK=$!
 

@@ -28,10 +28,10 @@ type BenchCmd struct {
 	Token       string        `name:"token" env:"ORDERLY_BENCH_TOKEN" help:"Bearer token, when the API has tokens configured."`
 	JSON        bool          `name:"json" help:"Print the results as JSON on stdout (progress still goes to stderr)."`
 	Baseline    bool          `name:"baseline" help:"Also measure, in the same run, the ceiling (a bare gin handler in this binary doing the same HTTP and JSON work without NATS) and the raw JetStream synchronous publish rate on --nats-url, and print orderly's figures as ratios of them."`
-	NATSURL     string        `name:"nats-url" env:"ORDERLY_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS of the orderly under test, for the publish baseline."`
-	Waiters     int           `name:"waiters" help:"Instead of load: hold this many long polls (GET ?wait=) on one pending order and report what they cost the server (memory, goroutines) from its /metrics. Run the server with --roles api,projector so the order stays pending."`
-	Hold        time.Duration `name:"hold" default:"30s" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait)."`
-	Rounds      int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy)."`
+	ToolNATS
+	Waiters int           `name:"waiters" help:"Instead of load: hold this many long polls (GET ?wait=) on one pending order and report what they cost the server (memory, goroutines) from its /metrics. Run the server with --roles api,projector so the order stays pending."`
+	Hold    time.Duration `name:"hold" default:"30s" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait)."`
+	Rounds  int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy)."`
 }
 
 // Run runs the benchmark.
@@ -64,7 +64,7 @@ func (c *BenchCmd) Run(g *globals) error {
 	}
 	rep, err := bench.Compare(g.ctx, bench.CompareConfig{
 		Load: cfg, Name: fmt.Sprintf("orderly (%s, %s)", mode, mix), Baseline: c.Baseline, Rounds: c.Rounds,
-		NATSURL: c.NATSURL, Ceiling: []string{exe, "bench-ceiling-server", "--addr", "127.0.0.1:0"}, Progress: os.Stderr,
+		NATSURL: c.NATSURL, Credentials: c.creds(), Ceiling: []string{exe, "bench-ceiling-server", "--addr", "127.0.0.1:0"}, Progress: os.Stderr,
 	})
 	if err != nil {
 		return err

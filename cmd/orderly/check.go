@@ -13,8 +13,8 @@ import (
 
 // CheckCmd is orderly check.
 type CheckCmd struct {
-	URL            string        `name:"url" env:"ORDERLY_CHECK_URL" default:"http://127.0.0.1:8080" help:"Base URL of the orderly API under test."`
-	NATSURL        string        `name:"nats-url" env:"ORDERLY_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS of that orderly, to read ORDER_EVENTS."`
+	URL string `name:"url" env:"ORDERLY_CHECK_URL" default:"http://127.0.0.1:8080" help:"Base URL of the orderly API under test."`
+	ToolNATS
 	Tenant         string        `name:"tenant" default:"default" help:"Tenant of --token (idempotency keys are scoped by it)."`
 	Token          string        `name:"token" env:"ORDERLY_CHECK_TOKEN" help:"Bearer token, when the API has tokens configured."`
 	Clients        int           `name:"clients" short:"c" default:"16" help:"Concurrent clients."`
@@ -35,7 +35,7 @@ func (c *CheckCmd) Run(g *globals) error {
 		return err
 	}
 	cfg := check.Config{
-		URL: strings.TrimRight(c.URL, "/"), NATSURL: c.NATSURL, Tenant: c.Tenant, Token: c.Token,
+		URL: strings.TrimRight(c.URL, "/"), NATSURL: c.NATSURL, NATSCredentials: c.creds(), Tenant: c.Tenant, Token: c.Token,
 		Clients: c.Clients, Duration: c.Duration, Orders: c.Orders, RetryDelay: c.RetryDelay,
 		Settle: c.Settle, Weights: weights, RequestTimeout: c.RequestTimeout, Progress: os.Stderr,
 	}

@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/tail"
 )
 
@@ -20,11 +23,11 @@ type EventsCmd struct {
 
 // EventsTailCmd is orderly events tail.
 type EventsTailCmd struct {
-	NATSURL string        `name:"nats-url" env:"ORDERLY_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS of orderly (the embedded server of 'orderly serve' listens on 127.0.0.1:4222)."`
-	Type    string        `name:"type" default:"all" enum:"all,created,rejected" help:"Which events: created, rejected or all."`
-	Since   time.Duration `name:"since" default:"0s" help:"Only events of the last DURATION, such as 1h; 0 prints every stored event."`
-	Follow  bool          `name:"follow" short:"f" help:"Keep printing new events until interrupted."`
-	JSON    bool          `name:"json" help:"Print each event as stored (CloudEvents JSON), one per line."`
+	ToolNATS
+	Type   string        `name:"type" default:"all" enum:"all,created,rejected" help:"Which events: created, rejected or all."`
+	Since  time.Duration `name:"since" default:"0s" help:"Only events of the last DURATION, such as 1h; 0 prints every stored event."`
+	Follow bool          `name:"follow" short:"f" help:"Keep printing new events until interrupted."`
+	JSON   bool          `name:"json" help:"Print each event as stored (CloudEvents JSON), one per line."`
 }
 
 // Run prints the events.
@@ -33,7 +36,7 @@ func (c *EventsTailCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	js, closeNC, err := connectJS(c.NATSURL, "orderly-events-tail")
+	js, closeNC, err := c.connectJS("orderly-events-tail")
 	if err != nil {
 		return err
 	}
@@ -45,16 +48,37 @@ func (c *EventsTailCmd) Run(g *globals) error {
 	return err
 }
 
-// connectJS connects a tool to orderly's NATS.
-func connectJS(url, name string) (jetstream.JetStream, func(), error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.Timeout(5*time.Second))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS %s: %w", url, err)
+// ToolNATS locates orderly's NATS for the tools an operator runs.
+type ToolNATS struct {
+	NATSURL string `name:"nats-url" env:"ORDERLY_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS of orderly (orderly serve's embedded server listens on 127.0.0.1:4222)."`
+	CredFlags
+	InboxPrefix string `name:"nats-inbox-prefix" env:"ORDERLY_NATS_INBOX_PREFIX" help:"Subject prefix the NATS user may receive replies on. Default: _INBOX_<user> for orderly's <user>.nk seeds (but _INBOX for operator.nk), else _INBOX."`
+}
+
+// localOperatorKey is the operator's seed of an orderly serve started in this
+// directory with the default --data-dir; tools use it when no credentials are
+// given.
+const localOperatorKey = "data/credentials/operator.nk"
+
+func (t ToolNATS) creds() jsstore.Credentials {
+	c := t.credentials()
+	if c == (jsstore.Credentials{}) {
+		if _, err := os.Stat(localOperatorKey); err == nil {
+			c.NkeyFile = localOperatorKey
+		}
 	}
-	js, err := jetstream.New(nc)
+	c.InboxPrefix = t.InboxPrefix
+	if user, ok := strings.CutSuffix(filepath.Base(c.NkeyFile), ".nk"); ok && c.InboxPrefix == "" && slices.Contains(natsauth.Users, user) {
+		c.InboxPrefix = natsauth.InboxPrefix(user)
+	}
+	return c
+}
+
+// connectJS connects a tool to orderly's NATS.
+func (t ToolNATS) connectJS(name string) (jetstream.JetStream, func(), error) {
+	js, err := jsstore.DialJetStream(t.NATSURL, t.creds(), name)
 	if err != nil {
-		nc.Close()
 		return nil, nil, err
 	}
-	return js, nc.Close, nil
+	return js, js.Conn().Close, nil
 }

@@ -34,6 +34,8 @@ type CLI struct {
 	API         RoleCmd        `cmd:"" name:"api" help:"Run only the HTTP API against a NATS cluster (--nats-url)."`
 	Processor   RoleCmd        `cmd:"" help:"Run only the processor (CreateOrder -> events) against a NATS cluster (--nats-url)."`
 	Projector   RoleCmd        `cmd:"" help:"Run only the projector (events -> read models) against a NATS cluster (--nats-url)."`
+	Setup       SetupCmd       `cmd:"" help:"Create (or, with --update-topology, update) the streams, the bucket and the consumers on a NATS cluster, with the operator's credentials. The roles only wait for them."`
+	Credentials CredentialsCmd `cmd:"" help:"Create the NATS users' credentials and the nats-server configuration that declares them."`
 	Events      EventsCmd      `cmd:"" help:"Read the order events: tail."`
 	Projections ProjectionsCmd `cmd:"" help:"Operate the read models: rebuild."`
 	Check       CheckCmd       `cmd:"" help:"Run a fault-finding workload against an orderly and verify that nothing was lost or duplicated; exits 1 on any violation."`

@@ -20,14 +20,14 @@ type ProjectionsCmd struct {
 
 // RebuildCmd is orderly projections rebuild.
 type RebuildCmd struct {
-	NATSURL string `name:"nats-url" env:"ORDERLY_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS of orderly."`
-	DryRun  bool   `name:"dry-run" help:"Only compare: report the differences, change nothing. Exits 1 when the read models differ."`
-	JSON    bool   `name:"json" help:"Print the report as JSON."`
+	ToolNATS
+	DryRun bool `name:"dry-run" help:"Only compare: report the differences, change nothing. Exits 1 when the read models differ."`
+	JSON   bool `name:"json" help:"Print the report as JSON."`
 }
 
 // Run rebuilds.
 func (c *RebuildCmd) Run(g *globals) error {
-	js, closeNC, err := connectJS(c.NATSURL, "orderly-rebuild")
+	js, closeNC, err := c.connectJS("orderly-rebuild")
 	if err != nil {
 		return err
 	}

@@ -13,44 +13,75 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/server"
 )
 
-// NATSFlags locate NATS.
-type NATSFlags struct {
-	NATSURL        string        `name:"nats-url" env:"ORDERLY_NATS_URL" help:"NATS server URL(s), comma-separated. Empty: start an embedded server (serve only)."`
-	NATSTimeout    time.Duration `name:"nats-timeout" env:"ORDERLY_NATS_TIMEOUT" default:"2s" help:"How long an HTTP request waits for each NATS call before it answers 503."`
-	Replicas       int           `name:"replicas" env:"ORDERLY_REPLICAS" default:"0" help:"Replicas of the streams, the bucket and the consumers (3 on a cluster). 0: 1 when orderly creates them, and existing ones as they are. A value that differs from the existing streams stops the start, unless --update-topology."`
-	UpdateTopology bool          `name:"update-topology" env:"ORDERLY_UPDATE_TOPOLOGY" help:"Bring existing streams, the bucket and the consumers to this process's settings (windows, retentions, TTL, ack wait, replicas). Without it they are only created when missing, and differences are logged and left alone."`
-	StartupTimeout time.Duration `name:"startup-timeout" env:"ORDERLY_STARTUP_TIMEOUT" default:"2m" help:"How long to wait at start for NATS and JetStream to answer (a cluster that is still forming, a server that starts later)."`
+// CredFlags are the NATS credentials of every command that connects to NATS.
+type CredFlags struct {
+	NkeyFile  string `name:"nats-nkey" env:"ORDERLY_NATS_NKEY" type:"path" help:"nkey seed file of the NATS user to connect as (orderly serve writes one per user under <data-dir>/credentials)."`
+	CredsFile string `name:"nats-creds" env:"ORDERLY_NATS_CREDS" type:"path" help:"NATS .creds file (a JWT and its seed) to connect with."`
+	User      string `name:"nats-user" env:"ORDERLY_NATS_USER" help:"NATS user name, with --nats-password."`
+	Password  string `name:"nats-password" env:"ORDERLY_NATS_PASSWORD" help:"NATS password (prefer the environment variable: a flag shows in the process list)."`
 }
 
-// OrderFlags are the idempotency and HTTP settings.
-type OrderFlags struct {
-	HTTPAddr         string        `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address."`
+func (c CredFlags) credentials() jsstore.Credentials {
+	return jsstore.Credentials{NkeyFile: c.NkeyFile, CredsFile: c.CredsFile, User: c.User, Password: c.Password}
+}
+
+// NATSFlags locate NATS for the roles.
+type NATSFlags struct {
+	NATSURL        string        `name:"nats-url" env:"ORDERLY_NATS_URL" help:"NATS server URL(s), comma-separated. Empty: start an embedded server (serve only)."`
+	NATSTimeout    time.Duration `name:"nats-timeout" env:"ORDERLY_NATS_TIMEOUT" default:"10s" help:"Budget of each NATS operation of an HTTP request, retries included: a read or publish that meets an unavailable NATS (a leader election takes 4-9 s) is tried again until it succeeds or this runs out (then 503: service_unavailable when nothing was stored, outcome_unknown when the order may have been). A lost connection is waited for 500ms at most."`
+	StartupTimeout time.Duration `name:"startup-timeout" env:"ORDERLY_STARTUP_TIMEOUT" default:"2m" help:"How long to wait at start for NATS, JetStream and the topology (a cluster that is still forming, a server that starts later, orderly setup not run yet)."`
+	CredFlags
+}
+
+// TopologyFlags are the streams' settings, for the commands that set the
+// topology up (serve with its embedded server, and setup).
+type TopologyFlags struct {
+	Replicas         int           `name:"replicas" env:"ORDERLY_REPLICAS" default:"0" help:"Replicas of the streams, the bucket and the consumers (3 on a cluster). 0: 1 when they are created, and existing ones as they are. A value that differs from the existing streams is refused, unless --update-topology."`
+	UpdateTopology   bool          `name:"update-topology" env:"ORDERLY_UPDATE_TOPOLOGY" help:"Bring existing streams, the bucket and the consumers to these settings (windows, retentions, TTL, ack wait, replicas). Without it they are only created when missing; differences are logged and left alone."`
 	DedupWindow      time.Duration `name:"dedup-window" env:"ORDERLY_DEDUP_WINDOW" default:"2m" help:"Duplicate window of the command stream: the broker drops a retry whose key it stored less than this long ago."`
 	ResultTTL        time.Duration `name:"result-ttl" env:"ORDERLY_RESULT_TTL" default:"24h" help:"How long a stored result answers retries of its key; afterwards the key is free and makes a new order."`
 	CommandRetention time.Duration `name:"command-retention" env:"ORDERLY_COMMAND_RETENTION" default:"72h" help:"How long commands stay stored; a processor outage longer than this loses accepted commands."`
 	EventRetention   time.Duration `name:"event-retention" env:"ORDERLY_EVENT_RETENTION" default:"0s" help:"How long events stay in ORDER_EVENTS; 0 keeps them for ever. At least --result-ttl."`
-	Wait             time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
-	MaxWait          time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
-	BodyLimit        int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
-	TokensFile       string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant."`
-	ResultCache      int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"16384" help:"How many completed results the API keeps in memory for replays (about 1 KiB each)."`
-	BatchWrites      bool          `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" help:"Group concurrent writes to each stream into atomic batches (one commit, and with --fsync always one sync, per batch). Off by default: it pays only when many writes are in flight at once (docs/performance.md)."`
-	MemoryLimit      string        `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" help:"Soft limit of the Go heap, such as 400MiB: the garbage collector works harder to stay under it (see docs/performance.md). Empty: the Go default (GOMEMLIMIT)."`
-	PprofAddr        string        `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof) on this address, such as 127.0.0.1:6060; empty: off."`
-	Concurrency      int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"32" help:"Commands one processor handles at once."`
-	ProjConcurrency  int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"16" help:"Events one projector handles at once."`
+}
+
+func (t TopologyFlags) topology() jsstore.Topology {
+	topo := jsstore.DefaultTopology()
+	topo.Replicas = t.Replicas
+	topo.Update = t.UpdateTopology
+	topo.DedupWindow = t.DedupWindow
+	topo.ResultTTL = t.ResultTTL
+	topo.CommandRetention = t.CommandRetention
+	topo.EventRetention = t.EventRetention
+	return topo
+}
+
+// OrderFlags are the HTTP and processing settings.
+type OrderFlags struct {
+	HTTPAddr        string        `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address (the API, or a processor's or projector's /healthz, /readyz and /metrics)."`
+	Wait            time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
+	MaxWait         time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
+	BodyLimit       int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
+	TokensFile      string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant."`
+	ResultCache     int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"16384" help:"How many completed results the API keeps in memory for replays (about 1 KiB each)."`
+	BatchWrites     bool          `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" help:"Group concurrent writes to each stream into atomic batches (one commit, and with --fsync always one sync, per batch). Off by default: it pays only when many writes are in flight at once (docs/performance.md)."`
+	MemoryLimit     string        `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" help:"Soft limit of the Go heap, such as 400MiB: the garbage collector works harder to stay under it (see docs/performance.md). Empty: the Go default (GOMEMLIMIT)."`
+	PprofAddr       string        `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof) on this address, such as 127.0.0.1:6060; empty: off."`
+	Concurrency     int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"32" help:"Commands one processor handles at once."`
+	ProjConcurrency int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"16" help:"Events one projector handles at once."`
 }
 
 // ServeCmd runs everything in one process.
 type ServeCmd struct {
 	NATSFlags
+	TopologyFlags
 	OrderFlags
-	DataDir         string        `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data."`
-	NATSListen      string        `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services; empty: in-process only."`
+	DataDir         string        `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data, and the NATS credentials (credentials/*.nk, mode 0600)."`
+	NATSListen      string        `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services (with the credentials under <data-dir>/credentials); empty: in-process only."`
 	Roles           []string      `name:"roles" env:"ORDERLY_ROLES" default:"api,processor,projector" enum:"api,processor,projector" help:"Components to run in this process: api, processor, projector."`
 	Fsync           string        `name:"fsync" env:"ORDERLY_FSYNC" default:"1s" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002."`
 	MinFreeSpace    string        `name:"min-free-space" env:"ORDERLY_MIN_FREE_SPACE" default:"256MiB" help:"Free space of the data directory's file system below which new orders are refused (503, not ready) while accepted ones are still decided (down to half of it), so that the store never runs out of space. 0 turns the guard off."`
@@ -70,11 +101,12 @@ func (c *ServeCmd) Run(g *globals) error {
 			roles.Projector = true
 		}
 	}
-	cfg, err := c.config(roles)
+	cfg, err := c.OrderFlags.config(roles)
 	if err != nil {
 		return err
 	}
-	c.apply(&cfg)
+	c.NATSFlags.apply(&cfg)
+	cfg.Topology = c.TopologyFlags.topology()
 	cfg.DataDir = c.DataDir
 	cfg.NATSListen = c.NATSListen
 	if cfg.Fsync, err = natsserver.ParseFsync(c.Fsync); err != nil {
@@ -86,7 +118,6 @@ func (c *ServeCmd) Run(g *globals) error {
 		return fmt.Errorf("--min-free-space: %w", err)
 	}
 	cfg.StoreFaultGrace = c.StoreFaultGrace
-
 	return runServer(g, cfg, c.MemoryLimit)
 }
 
@@ -106,19 +137,18 @@ func (c *RoleCmd) Run(g *globals, kctx *kong.Context) error {
 	if c.NATSURL == "" {
 		return errors.New("--nats-url is required: the separate roles run against a NATS (cluster); use 'orderly serve' for one process with an embedded server")
 	}
-	cfg, err := c.config(roles)
+	cfg, err := c.OrderFlags.config(roles)
 	if err != nil {
 		return err
 	}
-	c.apply(&cfg)
+	c.NATSFlags.apply(&cfg)
 	return runServer(g, cfg, c.MemoryLimit)
 }
 
 func (n NATSFlags) apply(cfg *server.Config) {
 	cfg.NATSURL = n.NATSURL
+	cfg.Credentials = n.credentials()
 	cfg.App.RequestTimeout = n.NATSTimeout
-	cfg.Topology.Replicas = n.Replicas
-	cfg.Topology.Update = n.UpdateTopology
 	cfg.StartupTimeout = n.StartupTimeout
 }
 
@@ -126,10 +156,6 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	cfg := server.DefaultConfig()
 	cfg.Roles = roles
 	cfg.HTTPAddr = c.HTTPAddr
-	cfg.Topology.DedupWindow = c.DedupWindow
-	cfg.Topology.ResultTTL = c.ResultTTL
-	cfg.Topology.CommandRetention = c.CommandRetention
-	cfg.Topology.EventRetention = c.EventRetention
 	cfg.API.Wait = c.Wait
 	cfg.API.MaxWait = c.MaxWait
 	cfg.API.BodyLimit = c.BodyLimit

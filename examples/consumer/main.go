@@ -3,7 +3,11 @@
 // its own durable pull consumer on ORDER_EVENTS, filtered to created orders,
 // explicit acks after the work is done, duplicates dropped by event ID.
 //
-//	go run ./examples/consumer --nats-url nats://127.0.0.1:4222
+//	go run ./examples/consumer --nats-url nats://127.0.0.1:4222 --nats-nkey data/credentials/events.nk
+//
+// orderly's NATS admits no anonymous client: the events user may read the
+// events and keep its own durable consumers, and receives replies on the
+// inbox prefix _INBOX_events.
 package main
 
 import (
@@ -27,12 +31,17 @@ import (
 
 func main() {
 	url := flag.String("nats-url", "nats://127.0.0.1:4222", "NATS of orderly")
+	seed := flag.String("nats-nkey", "data/credentials/events.nk", "nkey seed file of orderly's events user")
 	durable := flag.String("durable", "example-billing", "name of this service's durable consumer")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	nc, err := nats.Connect(*url, nats.Name(*durable))
+	auth, err := nats.NkeyOptionFromSeed(*seed)
+	if err != nil {
+		log.Fatal(err)
+	}
+	nc, err := nats.Connect(*url, nats.Name(*durable), auth, nats.CustomInboxPrefix(InboxPrefix))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,6 +58,9 @@ func main() {
 		log.Fatal(err)
 	}
 }
+
+// InboxPrefix is where orderly's events user may receive replies.
+const InboxPrefix = "_INBOX_events"
 
 // Seen remembers the IDs of handled events. A real service stores the ID in the
 // same transaction as its work (a unique column, say), so that a redelivery after

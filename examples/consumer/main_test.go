@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -20,7 +23,20 @@ import (
 func TestConsumerGetsEveryOrderOnce(t *testing.T) {
 	t.Parallel()
 	inst := orderlytest.Start(t, orderlytest.Config(t))
-	js := inst.JetStream(t)
+	// The consumer connects as orderly's events user, as a downstream team would.
+	auth, err := nats.NkeyOptionFromSeed(inst.Creds.SeedPath(natsauth.Events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(inst.NATSURL(), auth, nats.CustomInboxPrefix(InboxPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	var mu sync.Mutex
 	handled := map[string]int{}

@@ -22,6 +22,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/ops"
 )
 
@@ -79,8 +80,10 @@ func BaselineHandler() http.Handler {
 
 // PublishConfig configures the raw JetStream publish baseline.
 type PublishConfig struct {
-	// NATSURL is the server to measure (orderly's).
-	NATSURL string
+	// NATSURL is the server to measure (orderly's), with Credentials (the
+	// operator's: the baseline creates a scratch stream).
+	NATSURL     string
+	Credentials jsstore.Credentials
 	// Connections is the number of concurrent synchronous publishers.
 	Connections int
 	// Duration of the measurement.
@@ -102,15 +105,11 @@ func PublishRate(ctx context.Context, cfg PublishConfig) (Result, error) {
 	if cfg.Connections < 1 || cfg.Duration <= 0 {
 		return Result{}, errors.New("publish baseline: connections and duration must be positive")
 	}
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("orderly-bench"))
+	js, err := jsstore.DialJetStream(cfg.NATSURL, cfg.Credentials, "orderly-bench")
 	if err != nil {
-		return Result{}, fmt.Errorf("publish baseline: connect to %s: %w", cfg.NATSURL, err)
+		return Result{}, fmt.Errorf("publish baseline: %w", err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return Result{}, err
-	}
+	defer js.Conn().Close()
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: rawStream, Subjects: []string{"orderly.bench.raw.>"}, Storage: jetstream.FileStorage,
 		Duplicates: 2 * time.Minute, MaxAge: 10 * time.Minute, Replicas: max(cfg.Replicas, 1),
@@ -185,16 +184,12 @@ func mustDecode(body []byte) events.OrderRequest {
 
 // WaitIdle waits until orderly's processor and projector consumers have
 // nothing pending (the work a run left behind is done), or timeout passes.
-func WaitIdle(ctx context.Context, natsURL string, timeout time.Duration, progress io.Writer) error {
-	nc, err := nats.Connect(natsURL, nats.Name("orderly-bench"))
+func WaitIdle(ctx context.Context, natsURL string, creds jsstore.Credentials, timeout time.Duration, progress io.Writer) error {
+	js, err := jsstore.DialJetStream(natsURL, creds, "orderly-bench")
 	if err != nil {
-		return fmt.Errorf("waiting for the backlog: connect to %s: %w", natsURL, err)
+		return fmt.Errorf("waiting for the backlog: %w", err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
+	defer js.Conn().Close()
 	deadline := time.Now().Add(timeout)
 	for {
 		pending := uint64(0)

@@ -73,7 +73,7 @@ func TestRunAgainstOrderly(t *testing.T) {
 	if res.ServerCPUPerRequest <= 0 {
 		t.Fatal("no server CPU per request from /metrics")
 	}
-	if err := bench.WaitIdle(context.Background(), inst.NATSURL(), 10*time.Second, nil); err != nil {
+	if err := bench.WaitIdle(context.Background(), inst.NATSURL(), inst.Operator(), 10*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 

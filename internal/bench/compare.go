@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/orderly-dev/orderly/internal/jsstore"
 )
 
 // CompareConfig configures Compare: orderly's load, and what it is compared with.
@@ -29,6 +31,8 @@ type CompareConfig struct {
 	// NATSURL is orderly's NATS: Compare waits there for the backlog to drain
 	// between rounds, and measures the publish rate there.
 	NATSURL string
+	// Credentials authenticate at NATSURL (the operator's).
+	Credentials jsstore.Credentials
 	// Ceiling is the command that serves the ceiling handler and prints its
 	// URL on the first line of stdout (orderly bench-ceiling-server).
 	Ceiling []string
@@ -71,7 +75,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (Report, error) {
 			break
 		}
 		// Work the run left behind (an async backlog) would slow the ceiling down.
-		if err := WaitIdle(ctx, cfg.NATSURL, 5*time.Minute, cfg.Progress); err != nil {
+		if err := WaitIdle(ctx, cfg.NATSURL, cfg.Credentials, 5*time.Minute, cfg.Progress); err != nil {
 			return rep, err
 		}
 		ceiling, err := runCeiling(ctx, cfg, round, rounds)
@@ -83,7 +87,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (Report, error) {
 	}
 	if cfg.Baseline {
 		fmt.Fprintf(cfg.Progress, "jetstream sync publish on %s: %d publishers, %s\n", cfg.NATSURL, cfg.Load.Connections, Describe(cfg.Load))
-		pub, err := PublishRate(ctx, PublishConfig{NATSURL: cfg.NATSURL, Connections: cfg.Load.Connections,
+		pub, err := PublishRate(ctx, PublishConfig{NATSURL: cfg.NATSURL, Credentials: cfg.Credentials, Connections: cfg.Load.Connections,
 			Duration: max(cfg.Load.Duration, 5*time.Second), PayloadSize: cfg.Load.PayloadSize})
 		if err != nil {
 			return rep, err

@@ -25,6 +25,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/bench"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 )
 
 // Scenario is how a logical order's client behaves.
@@ -53,8 +54,10 @@ var Scenarios = []Scenario{Sync, Async, Burst, Delayed, Changed, Drop, Reject}
 
 // Config configures a check run.
 type Config struct {
-	// URL is the orderly API; NATSURL its NATS, for reading ORDER_EVENTS.
-	URL, NATSURL string
+	// URL is the orderly API; NATSURL its NATS, for reading ORDER_EVENTS,
+	// with NATSCredentials.
+	URL, NATSURL    string
+	NATSCredentials jsstore.Credentials
 	// Tenant is the tenant of Token (keys are scoped by it); "default" without tokens.
 	Tenant, Token string
 	// Clients is the number of concurrent clients.
@@ -229,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	r.readBack(ctx)
-	evs, err := readEvents(ctx, cfg.NATSURL, start.Add(-time.Minute), customer)
+	evs, err := readEvents(ctx, cfg, start.Add(-time.Minute), customer)
 	if err != nil {
 		return nil, fmt.Errorf("reading ORDER_EVENTS: %w", err)
 	}
@@ -472,8 +475,8 @@ func preflight(ctx context.Context, client *http.Client, cfg Config) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("the API at %s answers /healthz with %d", cfg.URL, resp.StatusCode)
 	}
-	if err := pingEvents(ctx, cfg.NATSURL); err != nil {
-		return fmt.Errorf("cannot read ORDER_EVENTS at %s: %w", cfg.NATSURL, err)
+	if err := pingEvents(ctx, cfg); err != nil {
+		return fmt.Errorf("cannot read ORDER_EVENTS at %s: %w", jsstore.Redact(cfg.NATSURL), err)
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/internal/check"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -77,8 +79,9 @@ func TestKill9MidLoad(t *testing.T) {
 	t.Parallel()
 	bin := buildOrderly(t)
 	httpPort, natsPort := orderlytest.FreePort(t), orderlytest.FreePort(t)
+	dataDir := t.TempDir()
 	p := &serveProcess{t: t, bin: bin, url: fmt.Sprintf("http://127.0.0.1:%d", httpPort), args: []string{"serve",
-		"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:" + strconv.Itoa(httpPort),
+		"--data-dir", dataDir, "--http-addr", "127.0.0.1:" + strconv.Itoa(httpPort),
 		"--nats-listen", "127.0.0.1:" + strconv.Itoa(natsPort), "--dedup-window", "2s"}}
 	p.start()
 	t.Cleanup(p.kill9)
@@ -91,7 +94,8 @@ func TestKill9MidLoad(t *testing.T) {
 	go func() {
 		rep, err := check.Run(context.Background(), check.Config{
 			URL: p.url, NATSURL: fmt.Sprintf("nats://127.0.0.1:%d", natsPort), Clients: 12,
-			Duration: 12 * time.Second, RetryDelay: 3 * time.Second, Settle: 40 * time.Second,
+			NATSCredentials: jsstore.Credentials{NkeyFile: filepath.Join(dataDir, "credentials", natsauth.SeedFile(natsauth.Operator))},
+			Duration:        12 * time.Second, RetryDelay: 3 * time.Second, Settle: 40 * time.Second,
 			RequestTimeout: 5 * time.Second,
 		})
 		done <- result{rep, err}

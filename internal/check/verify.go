@@ -12,12 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/bench"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 )
 
 // storedEvent is what the checker needs from an event.
@@ -31,31 +31,23 @@ type storedEvent struct {
 }
 
 // pingEvents checks that ORDER_EVENTS can be read at url.
-func pingEvents(ctx context.Context, url string) error {
-	nc, err := nats.Connect(url, nats.Name("orderly-check"), nats.Timeout(5*time.Second))
+func pingEvents(ctx context.Context, cfg Config) error {
+	js, err := jsstore.DialJetStream(cfg.NATSURL, cfg.NATSCredentials, "orderly-check")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
+	defer js.Conn().Close()
 	_, err = js.Stream(ctx, events.EventStream)
 	return err
 }
 
 // readEvents reads the events stored since start whose customer is this run's.
-func readEvents(ctx context.Context, url string, since time.Time, customer string) ([]storedEvent, error) {
-	nc, err := nats.Connect(url, nats.Name("orderly-check"), nats.Timeout(5*time.Second))
+func readEvents(ctx context.Context, cfg Config, since time.Time, customer string) ([]storedEvent, error) {
+	js, err := jsstore.DialJetStream(cfg.NATSURL, cfg.NATSCredentials, "orderly-check")
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
+	defer js.Conn().Close()
 	cons, err := js.OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.EventSubjects}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
 	})

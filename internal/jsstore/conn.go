@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ConnectConfig says how to reach NATS.
+// ConnectConfig says how to reach NATS and who to be there.
 type ConnectConfig struct {
 	// URL lists the servers, comma-separated. Ignored with InProcess.
 	URL string
@@ -18,6 +21,80 @@ type ConnectConfig struct {
 	InProcess nats.InProcessConnProvider
 	// Name names the connection (shown by the server as orderly-<name>).
 	Name string
+	// Credentials authenticate the connection; zero connects anonymously
+	// (only an open NATS admits that).
+	Credentials Credentials
+	// InboxPrefix is where replies arrive (the user's permissions allow it);
+	// empty is nats.go's _INBOX.
+	InboxPrefix string
+	// OnClosed, when set, is called when the connection is closed for good:
+	// by Close or Drain, or because nats.go gave up (on a protocol error, say,
+	// it closes instead of reconnecting). err is the last error.
+	OnClosed func(err error)
+}
+
+// Credentials are one of: an nkey seed file (NkeyFile), a .creds file with a
+// JWT and its seed (CredsFile), or a user name and password.
+type Credentials struct {
+	NkeyFile  string
+	CredsFile string
+	User      string
+	Password  string
+	// InboxPrefix is where the user may receive replies; empty is nats.go's
+	// _INBOX (ConnectConfig.InboxPrefix, when set, wins).
+	InboxPrefix string
+}
+
+// options are the nats.go options of c, or an error when more than one kind
+// is given or a file cannot be used.
+func (c Credentials) options() ([]nats.Option, error) {
+	kinds := 0
+	var opts []nats.Option
+	if c.NkeyFile != "" {
+		kinds++
+		o, err := nats.NkeyOptionFromSeed(c.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey seed %s: %w", c.NkeyFile, err)
+		}
+		opts = append(opts, o)
+	}
+	if c.CredsFile != "" {
+		kinds++
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
+	}
+	if c.User != "" || c.Password != "" {
+		kinds++
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if kinds > 1 {
+		return nil, errors.New("give one kind of NATS credentials: an nkey seed, a .creds file, or a user and password")
+	}
+	if c.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
+	}
+	return opts, nil
+}
+
+// Redact removes passwords and tokens from a comma-separated list of NATS
+// URLs, for logs and errors.
+func Redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.User == nil {
+			if strings.Contains(p, "@") { // unparsable, but it may hold a secret
+				parts[i] = "[redacted]" + p[strings.LastIndexByte(p, '@'):]
+			}
+			continue
+		}
+		if _, ok := u.User.Password(); ok {
+			parts[i] = u.Redacted()
+		} else { // a token or a user name alone: hide it too
+			u.User = url.User("xxxxx")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // Connect opens a connection. It reconnects for ever; when the servers cannot
@@ -27,6 +104,10 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 		logger = slog.New(slog.DiscardHandler)
 	}
 	log := logger.With("component", "nats", "conn", cfg.Name)
+	auth, err := cfg.Credentials.options()
+	if err != nil {
+		return nil, err
+	}
 	opts := []nats.Option{
 		nats.Name("orderly-" + cfg.Name),
 		nats.MaxReconnects(-1),
@@ -49,6 +130,19 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 			}
 			log.Error("NATS async error", "subject", subj, "err", err)
 		}),
+		nats.ClosedHandler(func(c *nats.Conn) {
+			if cfg.OnClosed != nil {
+				err := c.LastError()
+				if err == nil {
+					err = errors.New("closed")
+				}
+				cfg.OnClosed(err)
+			}
+		}),
+	}
+	opts = append(opts, auth...)
+	if cfg.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(cfg.InboxPrefix))
 	}
 	url := cfg.URL
 	if cfg.InProcess != nil {
@@ -59,20 +153,76 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS %s: %w", url, err)
+		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), err)
 	}
 	start, said := time.Now(), time.Now()
 	for !nc.IsConnected() {
 		select {
 		case <-ctx.Done():
+			last := nc.LastError()
 			nc.Close()
-			return nil, fmt.Errorf("connect to NATS %s: %w", url, ctx.Err())
+			if last != nil {
+				return nil, fmt.Errorf("connect to NATS %s: %w (last error: %v)", Redact(url), ctx.Err(), last)
+			}
+			return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), ctx.Err())
 		case <-time.After(50 * time.Millisecond):
+		}
+		if last := nc.LastError(); IsAuthError(last) {
+			nc.Close()
+			return nil, fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %w", Redact(url), last, ErrCredentials)
 		}
 		if time.Since(said) >= 5*time.Second {
 			said = time.Now()
-			log.Warn("waiting for NATS", "url", url, "waited", time.Since(start).Round(time.Second))
+			log.Warn("waiting for NATS", "url", Redact(url), "waited", time.Since(start).Round(time.Second), "last_error", nc.LastError())
 		}
 	}
 	return nc, nil
+}
+
+// ErrCredentials says that NATS refused who orderly connected as: no
+// credentials, unknown ones, or a user without the rights to connect. Waiting
+// does not help, so Connect returns it at once.
+var ErrCredentials = errors.New("pass the user's nkey seed with --nats-nkey (orderly serve and orderly credentials init write one per user) or --nats-creds")
+
+// IsAuthError tells whether err is NATS refusing a connection's credentials.
+func IsAuthError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return true
+	}
+	return strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+}
+
+// Dial connects a tool to NATS at once or fails: no retries, no reconnect
+// waits at start (Connect is for the long-lived processes).
+func Dial(url string, creds Credentials, name string) (*nats.Conn, error) {
+	auth, err := creds.options()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second)}, auth...)...)
+	if IsAuthError(err) {
+		return nil, fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %w", Redact(url), err, ErrCredentials)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), err)
+	}
+	return nc, nil
+}
+
+// DialJetStream is Dial and a JetStream context on the connection; close it
+// with js.Conn().Close().
+func DialJetStream(url string, creds Credentials, name string) (jetstream.JetStream, error) {
+	nc, err := Dial(url, creds, name)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return js, nil
 }

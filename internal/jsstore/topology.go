@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -396,4 +397,51 @@ func (t Topology) ensureConsumer(ctx context.Context, js jetstream.JetStream, st
 	}
 	_, err = js.UpdateConsumer(ctx, stream, next)
 	return err
+}
+
+// ErrMissing is returned by Check when a stream or consumer is not there.
+var ErrMissing = errors.New("topology incomplete")
+
+// Needs lists the streams and durable consumers that components use.
+type Needs struct {
+	API, Processor, Projector bool
+}
+
+// Check reports whether what the components need exists, reading only: a
+// role may not create or change the topology (`orderly setup` does, with
+// the operator's credentials). It wraps ErrMissing when something is missing.
+func Check(ctx context.Context, js jetstream.JetStream, n Needs) error {
+	streams := map[string]bool{}
+	var consumers [][2]string
+	if n.API {
+		streams[events.CommandStream], streams[events.EventStream], streams[ResultsStream] = true, true, true
+	}
+	if n.Processor {
+		streams[events.CommandStream], streams[events.EventStream], streams[ResultsStream], streams[events.DeadLetterStream] = true, true, true, true
+		consumers = append(consumers, [2]string{events.CommandStream, ProcessorConsumer})
+	}
+	if n.Projector {
+		streams[events.EventStream], streams[ResultsStream] = true, true
+		consumers = append(consumers, [2]string{events.EventStream, ProjectorConsumer})
+	}
+	var missing []string
+	for name := range streams {
+		if _, err := js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+			missing = append(missing, "stream "+name)
+		} else if err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+	}
+	for _, c := range consumers {
+		if _, err := js.Consumer(ctx, c[0], c[1]); errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			missing = append(missing, "consumer "+c[1]+" on "+c[0])
+		} else if err != nil {
+			return fmt.Errorf("consumer %s on %s: %w", c[1], c[0], err)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("%w: missing %s", ErrMissing, strings.Join(missing, ", "))
+	}
+	return nil
 }

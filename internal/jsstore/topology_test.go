@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
@@ -173,8 +174,8 @@ func TestEnsureSetsWhatOrderlyNeeds(t *testing.T) {
 func TestEnsureNeverChangesReplicasSilently(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	urls, _ := orderlytest.Cluster(t, 3)
-	nc, err := nats.Connect(urls)
+	cluster := orderlytest.Cluster(t, 3)
+	nc, err := jsstore.Dial(cluster.URLs(), jsstore.Credentials{NkeyFile: cluster.Creds.SeedPath(natsauth.Operator)}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,6 +80,13 @@ type Config struct {
 	// starts, fixed until it restarts (so a disk that grows does not help, and
 	// one that shrinks is not seen).
 	MaxStore int64
+	// Accounts, when set, is a configuration file with the accounts, users and
+	// permissions (internal/natsauth writes it). Without it the server admits
+	// anyone: only tests do that.
+	Accounts string
+	// Probe are the client options (credentials) of the connection that waits
+	// for JetStream at start; needed with Accounts.
+	Probe []nats.Option
 	// OnError, when set, is called with every error the server logs (for
 	// example "Filestore [ORDER_EVENTS] Critical write error: ...").
 	OnError func(msg string)
@@ -159,7 +166,7 @@ func Start(ctx context.Context, cfg Config) (*server.Server, error) {
 		ns.Shutdown()
 		return nil, errors.New("embedded NATS: not ready for connections after 30s")
 	}
-	if err := waitJetStream(ctx, ns); err != nil {
+	if err := waitJetStream(ctx, ns, cfg.Probe); err != nil {
 		ns.Shutdown()
 		return nil, err
 	}
@@ -168,18 +175,22 @@ func Start(ctx context.Context, cfg Config) (*server.Server, error) {
 
 // Options are the nats-server options of cfg.
 func Options(cfg Config) (*server.Options, error) {
-	opts := &server.Options{
-		ServerName:        cfg.ServerName,
-		JetStream:         true,
-		StoreDir:          cfg.StoreDir,
-		SyncAlways:        cfg.Fsync.Always,
-		SyncInterval:      cfg.Fsync.Interval,
-		NoSigs:            true,
-		JetStreamMaxStore: cfg.MaxStore,
-		// The server's own limit on pending bytes per client is generous; a slow
-		// in-process client must not be cut off under load.
-		MaxPending: 256 << 20,
+	opts := &server.Options{}
+	if cfg.Accounts != "" {
+		if err := opts.ProcessConfigFile(cfg.Accounts); err != nil {
+			return nil, fmt.Errorf("embedded NATS: accounts: %w", err)
+		}
 	}
+	opts.ServerName = cfg.ServerName
+	opts.JetStream = true
+	opts.StoreDir = cfg.StoreDir
+	opts.SyncAlways = cfg.Fsync.Always
+	opts.SyncInterval = cfg.Fsync.Interval
+	opts.NoSigs = true
+	opts.JetStreamMaxStore = cfg.MaxStore
+	// The server's own limit on pending bytes per client is generous; a slow
+	// in-process client must not be cut off under load.
+	opts.MaxPending = 256 << 20
 	if cfg.Fsync.Always {
 		opts.SyncInterval = 2 * time.Minute // ignored by the store when SyncAlways is set
 	}
@@ -205,8 +216,8 @@ func Options(cfg Config) (*server.Options, error) {
 
 // waitJetStream polls AccountInfo until JetStream answers: ReadyForConnections does
 // not wait for a cluster's meta leader.
-func waitJetStream(ctx context.Context, ns *server.Server) error {
-	nc, err := nats.Connect("", nats.InProcessServer(ns))
+func waitJetStream(ctx context.Context, ns *server.Server, probe []nats.Option) error {
+	nc, err := nats.Connect("", append([]nats.Option{nats.InProcessServer(ns)}, probe...)...)
 	if err != nil {
 		return fmt.Errorf("embedded NATS: connect: %w", err)
 	}

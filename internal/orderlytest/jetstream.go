@@ -3,6 +3,7 @@ package orderlytest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/natsserver"
+	orderlyserver "github.com/orderly-dev/orderly/internal/server"
 )
 
 // JetStream starts an in-process embedded server with orderly's topology for a
@@ -53,9 +56,9 @@ func JetStreamWith(tb testing.TB, fsync natsserver.Fsync, topology jsstore.Topol
 // Cluster starts an n-node embedded NATS cluster with JetStream (each node
 // with its own store, client port and route port) and returns the client URLs,
 // comma-separated. stop(i) shuts node i down; everything stops when the test ends.
-func Cluster(tb testing.TB, n int) (urls string, stop func(i int)) {
+func Cluster(tb testing.TB, n int) *TestCluster {
 	tb.Helper()
-	return ClusterAt(tb, ClusterPorts(tb, n))
+	return StartCluster(tb, ClusterPorts(tb, n))
 }
 
 // Ports are the client and route ports of a cluster's nodes.
@@ -79,16 +82,11 @@ func (p Ports) URLs() string {
 	return strings.Join(list, ",")
 }
 
-// ClusterAt is Cluster on the given ports.
-func ClusterAt(tb testing.TB, ports Ports) (urls string, stop func(i int)) {
-	tb.Helper()
-	c := StartCluster(tb, ports)
-	return c.URLs(), c.Stop
-}
-
 // TestCluster is a running embedded cluster whose nodes can be stopped and
 // started again on their data.
 type TestCluster struct {
+	// Creds are the cluster's users (natsauth): no anonymous client gets in.
+	Creds natsauth.Credentials
 	tb    testing.TB
 	ports Ports
 	cfgs  []natsserver.Config
@@ -99,8 +97,18 @@ type TestCluster struct {
 // StartCluster starts an embedded cluster on ports; it stops when the test ends.
 func StartCluster(tb testing.TB, ports Ports) *TestCluster {
 	tb.Helper()
+	return StartClusterWith(tb, ports, NewCredentials(tb))
+}
+
+// StartClusterWith is StartCluster with the given users.
+func StartClusterWith(tb testing.TB, ports Ports, creds natsauth.Credentials) *TestCluster {
+	tb.Helper()
 	n := len(ports.Client)
-	c := &TestCluster{tb: tb, ports: ports, cfgs: make([]natsserver.Config, n), nodes: make([]*server.Server, n)}
+	c := &TestCluster{Creds: creds, tb: tb, ports: ports, cfgs: make([]natsserver.Config, n), nodes: make([]*server.Server, n)}
+	operator, err := nats.NkeyOptionFromSeed(c.Creds.SeedPath(natsauth.Operator))
+	if err != nil {
+		tb.Fatal(err)
+	}
 	for i := 0; i < n; i++ {
 		var routes []string
 		for j := 0; j < n; j++ {
@@ -111,9 +119,11 @@ func StartCluster(tb testing.TB, ports Ports) *TestCluster {
 		c.cfgs[i] = natsserver.Config{
 			ServerName: NodeName(i), StoreDir: tb.TempDir(),
 			Listen: fmt.Sprintf("127.0.0.1:%d", ports.Client[i]), Fsync: natsserver.Fsync{Interval: time.Second},
-			Cluster: &natsserver.ClusterConfig{Name: "orderly-test", Listen: fmt.Sprintf("127.0.0.1:%d", ports.Route[i]), Routes: routes},
+			Cluster:  &natsserver.ClusterConfig{Name: "orderly-test", Listen: fmt.Sprintf("127.0.0.1:%d", ports.Route[i]), Routes: routes},
+			Accounts: c.Creds.ConfigPath(), Probe: []nats.Option{operator},
 		}
 	}
+	register(ports.URLs(), c.Creds)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -184,4 +194,83 @@ func (c *TestCluster) Index(serverName string) int {
 		}
 	}
 	return -1
+}
+
+// NewCredentials creates a set of NATS users (natsauth) for a test.
+func NewCredentials(tb testing.TB) natsauth.Credentials {
+	tb.Helper()
+	c := natsauth.Credentials{Dir: tb.TempDir()}
+	if err := c.Init(); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// credsByURL remembers the users of every NATS a test started, so that an
+// instance attached to one can be inspected with the operator's key.
+var credsByURL sync.Map
+
+func register(urls string, c natsauth.Credentials) {
+	for _, u := range strings.Split(urls, ",") {
+		credsByURL.Store(u, c)
+	}
+}
+
+func lookup(urls string) (natsauth.Credentials, bool) {
+	for _, u := range strings.Split(urls, ",") {
+		if c, ok := credsByURL.Load(u); ok {
+			return c.(natsauth.Credentials), true
+		}
+	}
+	return natsauth.Credentials{}, false
+}
+
+// Setup runs orderly setup on urls with the operator's key: the topology
+// with the given replicas.
+func Setup(tb testing.TB, urls string, creds natsauth.Credentials, replicas int) {
+	tb.Helper()
+	topo := jsstore.DefaultTopology()
+	topo.Replicas = replicas
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := orderlyserver.Setup(ctx, orderlyserver.SetupConfig{
+		Connect:  jsstore.ConnectConfig{URL: urls, Credentials: jsstore.Credentials{NkeyFile: creds.SeedPath(natsauth.Operator)}},
+		Topology: topo, StartupTimeout: 2 * time.Minute,
+	}, Logger())
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Attach makes cfg connect to urls as user (its key from creds, its inbox).
+func Attach(cfg *orderlyserver.Config, urls string, creds natsauth.Credentials, user string) {
+	register(urls, creds)
+	cfg.NATSURL = urls
+	cfg.Credentials = jsstore.Credentials{NkeyFile: creds.SeedPath(user)}
+	cfg.InboxPrefix = natsauth.InboxPrefix(user)
+}
+
+// ExternalNATS starts a NATS server like one orderly is pointed at with
+// --nats-url: its users from creds, JetStream in dir, on 127.0.0.1:port (so
+// that a test can stop it and start it again where its clients expect it). It
+// returns the server's URL and a function that stops it; the test's end
+// stops it too.
+func ExternalNATS(tb testing.TB, dir string, port int, creds natsauth.Credentials) (string, func()) {
+	tb.Helper()
+	operator, err := nats.NkeyOptionFromSeed(creds.SeedPath(natsauth.Operator))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ns, err := natsserver.Start(context.Background(), natsserver.Config{
+		ServerName: "ext", StoreDir: dir, Listen: "127.0.0.1:" + strconv.Itoa(port), Fsync: natsserver.Fsync{Interval: time.Second},
+		Accounts: creds.ConfigPath(), Probe: []nats.Option{operator},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var once sync.Once
+	stop := func() { once.Do(func() { ns.Shutdown(); ns.WaitForShutdown() }) }
+	tb.Cleanup(stop)
+	register("nats://127.0.0.1:"+strconv.Itoa(port), creds)
+	return "nats://127.0.0.1:" + strconv.Itoa(port), stop
 }

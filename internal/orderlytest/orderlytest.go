@@ -18,10 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/server"
 )
 
@@ -52,6 +53,9 @@ type Instance struct {
 	// URL is the API's base URL, such as http://127.0.0.1:40123.
 	URL string
 	Cfg server.Config
+	// Creds are the users of its NATS (its own, or its cluster's), for
+	// inspection with the operator's key.
+	Creds natsauth.Credentials
 }
 
 // Start starts orderly with cfg and stops it when the test ends.
@@ -64,8 +68,22 @@ func Start(t testing.TB, cfg server.Config) *Instance {
 		t.Fatalf("start orderly: %v", err)
 	}
 	inst := &Instance{Server: s, URL: "http://" + s.HTTPAddr(), Cfg: cfg}
+	if dir := s.CredentialsDir(); dir != "" {
+		inst.Creds = natsauth.Credentials{Dir: dir}
+		if url := s.NATSURL(); url != "" {
+			register(url, inst.Creds)
+		}
+	} else if c, ok := lookup(cfg.NATSURL); ok {
+		inst.Creds = c
+	}
 	t.Cleanup(func() { inst.Stop(t) })
 	return inst
+}
+
+// Attach makes cfg a process on this instance's embedded NATS, as the serve
+// user (it may run any role).
+func (i *Instance) Attach(cfg *server.Config) {
+	Attach(cfg, i.NATSURL(), i.Creds, natsauth.Serve)
 }
 
 // Stop shuts the instance down gracefully (again is a no-op).
@@ -78,23 +96,24 @@ func (i *Instance) Stop(t testing.TB) {
 	}
 }
 
-// JetStream connects to the instance's embedded NATS for inspection.
+// JetStream connects to the instance's NATS as the operator, for inspection.
 func (i *Instance) JetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	url := i.NATSURL()
 	if url == "" {
 		url = i.Cfg.NATSURL
 	}
-	nc, err := nats.Connect(url)
+	js, err := jsstore.DialJetStream(url, i.Operator(), "orderly-test")
 	if err != nil {
 		t.Fatalf("connect to NATS: %v", err)
 	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(js.Conn().Close)
 	return js
+}
+
+// Operator are the operator's credentials of the instance's NATS.
+func (i *Instance) Operator() jsstore.Credentials {
+	return jsstore.Credentials{NkeyFile: i.Creds.SeedPath(natsauth.Operator)}
 }
 
 // Response is a read HTTP response.

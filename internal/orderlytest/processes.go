@@ -13,25 +13,52 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 )
 
-// NATSServerBinary builds the nats-server of the pinned Go module once per
-// test binary and returns its path.
+// NATSServerBinary builds the nats-server of the pinned Go module and returns
+// its path. The binary is kept in the user's cache directory under the
+// module's version, so that test runs neither rebuild it nor leave copies
+// behind; it is built under a temporary name and renamed, so that test
+// binaries of several packages may race to build it.
 func NATSServerBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "orderly-nats-server-")
+		version := "unknown"
+		if out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/nats-io/nats-server/v2").Output(); err == nil {
+			version = strings.TrimSpace(string(out))
+		}
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		dir := filepath.Join(cache, "orderly-test")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "nats-server-"+version)
+		if version != "unknown" {
+			if _, err := os.Stat(binPath); err == nil {
+				return
+			}
+		}
+		tmp, err := os.CreateTemp(dir, "nats-server-build-")
 		if err != nil {
 			binErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/nats-io/nats-server/v2").CombinedOutput()
+		tmp.Close()
+		defer os.Remove(tmp.Name())
+		out, err := exec.Command("go", "build", "-o", tmp.Name(), "github.com/nats-io/nats-server/v2").CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build nats-server: %v: %s", err, out)
+			return
 		}
+		binErr = os.Rename(tmp.Name(), binPath)
 	})
 	if binErr != nil {
 		t.Fatal(binErr)
@@ -49,6 +76,8 @@ var (
 // can be killed with SIGKILL as a machine or a process dies: its raft
 // leaderships are not handed over, its followers must elect.
 type ProcessCluster struct {
+	// Creds are the cluster's users (natsauth).
+	Creds natsauth.Credentials
 	t     testing.TB
 	ports Ports
 	args  [][]string
@@ -63,7 +92,7 @@ func StartProcessCluster(t testing.TB, ports Ports, extra ...string) *ProcessClu
 	t.Helper()
 	bin := NATSServerBinary(t)
 	n := len(ports.Client)
-	c := &ProcessCluster{t: t, ports: ports, args: make([][]string, n), procs: make([]*exec.Cmd, n)}
+	c := &ProcessCluster{Creds: NewCredentials(t), t: t, ports: ports, args: make([][]string, n), procs: make([]*exec.Cmd, n)}
 	for i := 0; i < n; i++ {
 		var routes []string
 		for j := 0; j < n; j++ {
@@ -71,10 +100,11 @@ func StartProcessCluster(t testing.TB, ports Ports, extra ...string) *ProcessClu
 				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports.Route[j]))
 			}
 		}
-		c.args[i] = append([]string{bin, "--name", NodeName(i), "--addr", "127.0.0.1", "--port", fmt.Sprint(ports.Client[i]),
+		c.args[i] = append([]string{bin, "--config", c.Creds.ConfigPath(), "--name", NodeName(i), "--addr", "127.0.0.1", "--port", fmt.Sprint(ports.Client[i]),
 			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", ports.Route[i]), "--cluster_name", "orderly-test",
 			"--routes", strings.Join(routes, ","), "--jetstream", "--store_dir", t.TempDir()}, extra...)
 	}
+	register(ports.URLs(), c.Creds)
 	for i := range c.args {
 		c.start(i)
 	}
@@ -115,7 +145,7 @@ func (c *ProcessCluster) start(i int) {
 
 func (c *ProcessCluster) waitJetStream() {
 	c.t.Helper()
-	nc, err := nats.Connect(c.URLs())
+	nc, err := jsstore.Dial(c.URLs(), jsstore.Credentials{NkeyFile: c.Creds.SeedPath(natsauth.Operator)}, "orderly-test")
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 )
@@ -23,11 +24,11 @@ import (
 // nothing acknowledged.
 func TestClusterR3(t *testing.T) {
 	t.Parallel()
-	urls, stopNode := orderlytest.Cluster(t, 3)
+	cluster := orderlytest.Cluster(t, 3)
+	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
 	start := func() *orderlytest.Instance {
 		cfg := orderlytest.Config(t)
-		cfg.NATSURL = urls
-		cfg.Topology.Replicas = 3
+		orderlytest.Attach(&cfg, cluster.URLs(), cluster.Creds, natsauth.Serve)
 		return orderlytest.Start(t, cfg)
 	}
 	a, b := start(), start()
@@ -90,7 +91,7 @@ func TestClusterR3(t *testing.T) {
 		}
 		accepted[key] = r.Body
 	}
-	stopNode(0)
+	cluster.Stop(0)
 	for i := 0; i < 10; i++ {
 		key := "after-" + strconv.Itoa(i)
 		var r orderlytest.Response
@@ -118,27 +119,27 @@ func TestClusterR3(t *testing.T) {
 	}
 }
 
-// TestAPIsStartedTogetherWithAFreshClusterAllServe: three API processes
-// started at once against a fresh three-node cluster (as docker compose does),
-// three times over: every one of them serves. Nothing a starting process does
-// may break another (a bucket setting toggled on and off did).
+// TestAPIsStartedTogetherWithAFreshClusterAllServe: three API processes,
+// a processor and a projector started at once with the setup against a fresh
+// three-node cluster (as docker compose does), three times over: every one
+// of them serves. Nothing a starting process does may break another (a bucket
+// setting toggled on and off did).
 func TestAPIsStartedTogetherWithAFreshClusterAllServe(t *testing.T) {
 	t.Parallel()
 	for round := 0; round < 3; round++ {
-		urls, _ := orderlytest.Cluster(t, 3)
-		cfgs := make([]server.Config, 4)
-		for i := range cfgs {
-			cfgs[i] = orderlytest.Config(t)
-			cfgs[i].NATSURL = urls
-			cfgs[i].Topology.Replicas = 3
-			cfgs[i].Roles = server.Roles{API: true}
-		}
-		cfgs[3].Roles = server.Roles{Processor: true, Projector: true}
-		insts := make([]*orderlytest.Instance, len(cfgs))
+		cluster := orderlytest.Cluster(t, 3)
+		users := []string{natsauth.API, natsauth.API, natsauth.API, natsauth.Processor, natsauth.Projector}
+		roles := []server.Roles{{API: true}, {API: true}, {API: true}, {Processor: true}, {Projector: true}}
+		insts := make([]*orderlytest.Instance, len(users))
 		var wg sync.WaitGroup
-		for i := range cfgs {
+		wg.Add(1)
+		go func() { defer wg.Done(); orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3) }()
+		for i := range users {
+			cfg := orderlytest.Config(t)
+			cfg.Roles = roles[i]
+			orderlytest.Attach(&cfg, cluster.URLs(), cluster.Creds, users[i])
 			wg.Add(1)
-			go func() { defer wg.Done(); insts[i] = orderlytest.Start(t, cfgs[i]) }()
+			go func() { defer wg.Done(); insts[i] = orderlytest.Start(t, cfg) }()
 		}
 		wg.Wait()
 		for i, inst := range insts[:3] {
@@ -158,9 +159,9 @@ func TestAPIsStartedTogetherWithAFreshClusterAllServe(t *testing.T) {
 func TestRoleStartedBeforeTheClusterWaits(t *testing.T) {
 	t.Parallel()
 	ports := orderlytest.ClusterPorts(t, 3)
+	creds := orderlytest.NewCredentials(t)
 	cfg := orderlytest.Config(t)
-	cfg.NATSURL = ports.URLs()
-	cfg.Topology.Replicas = 3
+	orderlytest.Attach(&cfg, ports.URLs(), creds, natsauth.Serve)
 	started := make(chan *orderlytest.Instance, 1)
 	go func() { started <- orderlytest.Start(t, cfg) }()
 	time.Sleep(2 * time.Second)
@@ -169,7 +170,8 @@ func TestRoleStartedBeforeTheClusterWaits(t *testing.T) {
 		t.Fatal("started without NATS")
 	default:
 	}
-	orderlytest.ClusterAt(t, ports)
+	orderlytest.StartClusterWith(t, ports, creds)
+	orderlytest.Setup(t, ports.URLs(), creds, 3)
 	var inst *orderlytest.Instance
 	select {
 	case inst = <-started:
@@ -181,19 +183,21 @@ func TestRoleStartedBeforeTheClusterWaits(t *testing.T) {
 	}
 }
 
-// TestRoleWithoutReplicasChangesNothing: a role started without --replicas
-// against R3 streams leaves them, the bucket and the consumers at R3.
+// TestRoleWithoutReplicasChangesNothing: roles started against R3 streams
+// leave them, the bucket and the consumers at R3 (roles never change the
+// topology; a setup without --replicas keeps what exists).
 func TestRoleWithoutReplicasChangesNothing(t *testing.T) {
 	t.Parallel()
-	urls, _ := orderlytest.Cluster(t, 3)
+	cluster := orderlytest.Cluster(t, 3)
+	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
 	first := orderlytest.Config(t)
-	first.NATSURL = urls
-	first.Topology.Replicas = 3
+	orderlytest.Attach(&first, cluster.URLs(), cluster.Creds, natsauth.Serve)
 	a := orderlytest.Start(t, first)
 	second := orderlytest.Config(t)
-	second.NATSURL = urls
 	second.Roles = server.Roles{Processor: true}
+	orderlytest.Attach(&second, cluster.URLs(), cluster.Creds, natsauth.Processor)
 	orderlytest.Start(t, second)
+	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 0)
 	js := a.JetStream(t)
 	ctx := context.Background()
 	for _, name := range []string{events.CommandStream, events.EventStream, events.DeadLetterStream, "KV_" + events.ResultsBucket} {

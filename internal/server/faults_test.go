@@ -15,6 +15,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 	"github.com/orderly-dev/orderly/processor"
@@ -181,7 +182,7 @@ func TestProjectorDown(t *testing.T) {
 
 	pcfg := orderlytest.Config(t)
 	pcfg.Roles = server.Roles{Projector: true}
-	pcfg.NATSURL = inst.NATSURL()
+	orderlytest.Attach(&pcfg, inst.NATSURL(), inst.Creds, natsauth.Projector)
 	orderlytest.Start(t, pcfg)
 	for i, key := range []string{"proj-1", "proj-2", "proj-3"} {
 		r := inst.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: wait=10")

@@ -15,6 +15,7 @@ import (
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 )
@@ -176,8 +177,8 @@ func TestSlowAcksNeverSayNothingWasStored(t *testing.T) {
 	core := orderlytest.Start(t, orderlytest.Config(t))
 	proxy := orderlytest.NewProxy(t, core.NATSURL())
 	cfg := orderlytest.Config(t)
-	cfg.NATSURL = proxy.URL()
 	cfg.Roles = server.Roles{API: true}
+	orderlytest.Attach(&cfg, proxy.URL(), core.Creds, natsauth.API)
 	edge := orderlytest.Start(t, cfg)
 
 	load := startClients(t, edge.URL, "slow-acks", 48, 0, "Prefer: respond-async")
@@ -213,8 +214,8 @@ func TestProcessorNetworkFaultsAreNotPoison(t *testing.T) {
 	core := orderlytest.Start(t, cfg)
 	proxy := orderlytest.NewProxy(t, core.NATSURL())
 	pcfg := orderlytest.Config(t)
-	pcfg.NATSURL = proxy.URL()
 	pcfg.Roles = server.Roles{Processor: true}
+	orderlytest.Attach(&pcfg, proxy.URL(), core.Creds, natsauth.Processor)
 	pcfg.Processor.MaxAttempts = 3
 	pcfg.Processor.Timeout = time.Second
 	pcfg.Topology.AckWait = 3 * time.Second
@@ -256,8 +257,8 @@ func TestProjectorNetworkFaults(t *testing.T) {
 	core := orderlytest.Start(t, cfg)
 	proxy := orderlytest.NewProxy(t, core.NATSURL())
 	pcfg := orderlytest.Config(t)
-	pcfg.NATSURL = proxy.URL()
 	pcfg.Roles = server.Roles{Projector: true}
+	orderlytest.Attach(&pcfg, proxy.URL(), core.Creds, natsauth.Projector)
 	pcfg.Topology.AckWait = 2 * time.Second
 	orderlytest.Start(t, pcfg)
 

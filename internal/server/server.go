@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	nserver "github.com/nats-io/nats-server/v2/server"
@@ -35,6 +36,7 @@ import (
 	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/internal/hub"
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/ops"
 	"github.com/orderly-dev/orderly/internal/pipeline"
@@ -61,6 +63,12 @@ type Config struct {
 	DataDir string
 	// NATSURL, when set, connects to that NATS instead of starting one.
 	NATSURL string
+	// Credentials authenticate the connection to NATSURL. (The embedded
+	// server's are created in DataDir/credentials on first start.)
+	Credentials jsstore.Credentials
+	// InboxPrefix is where replies arrive: the prefix the credentials' user
+	// may subscribe to. Empty: the one of the roles' user (natsauth).
+	InboxPrefix string
 	// NATSListen is the embedded server's client address; empty: in-process only.
 	NATSListen string
 	// NATSName names the embedded server.
@@ -69,7 +77,9 @@ type Config struct {
 	Cluster *natsserver.ClusterConfig
 	// Fsync is the embedded server's durability mode.
 	Fsync natsserver.Fsync
-	// Topology is the streams, buckets and consumers.
+	// Topology is the streams, buckets and consumers. With the embedded
+	// server, the process sets it up; against NATSURL it only waits for it
+	// (Setup, run with the operator's credentials, sets it up).
 	Topology jsstore.Topology
 	// API configures the HTTP layer; App the use cases behind it; Hub its
 	// view of decisions (ResultTTL is read from the bucket).
@@ -203,6 +213,8 @@ type Server struct {
 	guard     *jsstore.DiskGuard
 	writes    jsstore.WriteHealth
 	fault     storeFault
+	creds     natsauth.Credentials
+	stopping  atomic.Bool
 
 	wg       sync.WaitGroup
 	failed   chan error
@@ -239,7 +251,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 			return nil, err
 		}
 	}
-	if err := s.ensureTopology(ctx, js); err != nil {
+	needs := jsstore.Needs{API: cfg.Roles.API, Processor: cfg.Roles.Processor, Projector: cfg.Roles.Projector}
+	if err := waitTopology(ctx, js, needs, cfg.StartupTimeout, s.logger); err != nil {
 		return nil, err
 	}
 	// Every component of the process shares the one connection: measured
@@ -290,16 +303,36 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 }
 
 // connect starts the embedded server (unless a URL is given) and connects.
+// With the embedded server, it creates the credentials on first start and
+// sets the topology up over a short-lived operator connection; the process
+// then works as the serve user. Against a URL it connects with the given
+// credentials, as the user of its roles.
 func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
-	ccfg := jsstore.ConnectConfig{URL: s.cfg.NATSURL, Name: "main"}
+	ccfg := jsstore.ConnectConfig{URL: s.cfg.NATSURL, Name: "main", Credentials: s.cfg.Credentials,
+		InboxPrefix: s.cfg.InboxPrefix, OnClosed: s.closed}
+	if ccfg.InboxPrefix == "" {
+		ccfg.InboxPrefix = natsauth.InboxPrefix(s.user())
+	}
 	if s.cfg.NATSURL == "" {
 		if err := os.MkdirAll(s.cfg.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
 		abs, _ := filepath.Abs(s.cfg.DataDir)
+		s.creds = natsauth.Credentials{Dir: filepath.Join(abs, "credentials")}
+		if err := s.creds.Init(); err != nil {
+			return nil, err
+		}
+		if err := s.creds.Check(); err != nil {
+			return nil, err
+		}
+		operator, err := nats.NkeyOptionFromSeed(s.creds.SeedPath(natsauth.Operator))
+		if err != nil {
+			return nil, err
+		}
 		ncfg := natsserver.Config{
 			ServerName: s.cfg.NATSName, StoreDir: abs, Listen: s.cfg.NATSListen,
 			Fsync: s.cfg.Fsync, Cluster: s.cfg.Cluster, Logger: s.logger, OnError: s.fault.observe,
+			Accounts: s.creds.ConfigPath(), Probe: []nats.Option{operator},
 		}
 		if s.cfg.MinFreeSpace > 0 {
 			// The disk guard follows the real free space; nats-server's own
@@ -311,7 +344,8 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 			return nil, err
 		}
 		s.ns = ns
-		s.logger.Info("embedded NATS started", "store", abs, "client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String())
+		s.logger.Info("embedded NATS started", "store", abs, "client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String(),
+			"credentials", s.creds.Dir)
 		// The components reach an embedded server over loopback TCP when it
 		// listens: nats-server's in-process connection is a synchronous
 		// net.Pipe, measurably slower under load (docs/performance.md).
@@ -320,6 +354,13 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		} else {
 			ccfg.InProcess = ns
 		}
+		setup := jsstore.ConnectConfig{URL: ccfg.URL, InProcess: ccfg.InProcess, Name: "setup",
+			Credentials: jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Operator)}}
+		if err := Setup(ctx, SetupConfig{Connect: setup, Topology: s.cfg.Topology, StartupTimeout: s.cfg.StartupTimeout}, s.logger); err != nil {
+			return nil, err
+		}
+		ccfg.Credentials = jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Serve)}
+		ccfg.InboxPrefix = natsauth.InboxPrefix(natsauth.Serve)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.StartupTimeout)
 	defer cancel()
@@ -331,15 +372,70 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 	return jetstream.New(nc)
 }
 
-// ensureTopology sets the topology up, retrying with backoff while JetStream
-// is unavailable (a cluster that is still forming), up to StartupTimeout.
-func (s *Server) ensureTopology(ctx context.Context, js jetstream.JetStream) error {
+// user is the NATS user of the process's roles: the role's own, or serve
+// for several.
+func (s *Server) user() string {
+	switch r := s.cfg.Roles; {
+	case r.API && !r.Processor && !r.Projector:
+		return natsauth.API
+	case r.Processor && !r.API && !r.Projector:
+		return natsauth.Processor
+	case r.Projector && !r.API && !r.Processor:
+		return natsauth.Projector
+	}
+	return natsauth.Serve
+}
+
+// closed is called when the connection is closed for good. Outside a
+// shutdown the process cannot work any more: it stops, for its supervisor to
+// start it again (a live process that answers 503 for ever helps nobody).
+func (s *Server) closed(err error) {
+	if s.stopping.Load() {
+		return
+	}
+	s.logger.Error("the NATS connection was closed and will not reconnect: stopping", "err", err)
+	select {
+	case s.failed <- fmt.Errorf("NATS connection closed for good: %w", err):
+	default:
+	}
+}
+
+// SetupConfig configures Setup.
+type SetupConfig struct {
+	// Connect says where NATS is, with the operator's credentials.
+	Connect jsstore.ConnectConfig
+	// Topology is what to create or bring up to date.
+	Topology jsstore.Topology
+	// StartupTimeout bounds the wait for NATS and JetStream.
+	StartupTimeout time.Duration
+}
+
+// Setup creates the streams, the bucket and the consumers that are missing
+// and brings existing ones to what this version needs (jsstore.Topology),
+// retrying with backoff while JetStream is unavailable (a cluster that is
+// still forming), up to StartupTimeout. It needs the operator's rights: the
+// roles may not change the topology.
+func Setup(ctx context.Context, cfg SetupConfig, logger *slog.Logger) error {
+	if cfg.Connect.Name == "" {
+		cfg.Connect.Name = "setup"
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
+	defer cancel()
+	nc, err := jsstore.Connect(cctx, cfg.Connect, logger)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	deadline := start.Add(s.cfg.StartupTimeout)
+	deadline := start.Add(cfg.StartupTimeout)
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		// A forming cluster sometimes drops a request; retry it soon.
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := s.cfg.Topology.Ensure(tctx, js, s.logger)
+		err := cfg.Topology.Ensure(tctx, js, logger)
 		cancel()
 		if err == nil {
 			return nil
@@ -347,7 +443,35 @@ func (s *Server) ensureTopology(ctx context.Context, js jetstream.JetStream) err
 		if !jsstore.IsUnavailable(err) || time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("topology: %w", err)
 		}
-		s.logger.Warn("waiting for JetStream to take the topology", "waited", time.Since(start).Round(time.Second), "retry_in", wait, "err", err)
+		logger.Warn("waiting for JetStream to take the topology", "waited", time.Since(start).Round(time.Second), "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topology: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// waitTopology waits, up to timeout, until what the roles need exists.
+func waitTopology(ctx context.Context, js jetstream.JetStream, needs jsstore.Needs, timeout time.Duration, logger *slog.Logger) error {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	said := time.Time{}
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := jsstore.Check(tctx, js, needs)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jsstore.ErrMissing) && !jsstore.IsUnavailable(err) || time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("topology: %w (run orderly setup with the operator's credentials)", err)
+		}
+		if time.Since(said) > 5*time.Second {
+			said = time.Now()
+			logger.Warn("waiting for the topology (orderly setup creates it, with the operator's credentials)",
+				"waited", time.Since(start).Round(time.Second), "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("topology: %w", ctx.Err())
@@ -539,6 +663,10 @@ func (s *Server) NATSURL() string {
 	return s.ns.ClientURL()
 }
 
+// CredentialsDir is where the embedded server's credentials are, "" without
+// an embedded server.
+func (s *Server) CredentialsDir() string { return s.creds.Dir }
+
 // Failed delivers an error when a component stopped on its own.
 func (s *Server) Failed() <-chan error { return s.failed }
 
@@ -552,6 +680,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) shutdown(ctx context.Context) error {
+	s.stopping.Store(true)
 	var errs []error
 	if s.svc != nil {
 		s.svc.Drain()

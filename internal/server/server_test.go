@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
-	"github.com/orderly-dev/orderly/internal/natsserver"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 )
@@ -41,7 +42,7 @@ func concurrentPostsWithOneKey(t *testing.T, batch bool) {
 	first := orderlytest.Start(t, fcfg)
 	cfg := orderlytest.Config(t)
 	cfg.BatchWrites = batch
-	cfg.NATSURL = first.NATSURL()
+	first.Attach(&cfg)
 	second := orderlytest.Start(t, cfg) // API, processor and projector sharing the first's NATS
 	js := first.JetStream(t)
 
@@ -267,19 +268,12 @@ func TestRestartKeepsResults(t *testing.T) {
 func TestNATSUnavailable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	creds := orderlytest.NewCredentials(t)
 	port := orderlytest.FreePort(t)
-	startNATS := func() func() {
-		ns, err := natsserver.Start(context.Background(), natsserver.Config{
-			ServerName: "ext", StoreDir: dir, Listen: "127.0.0.1:" + strconv.Itoa(port), Fsync: natsserver.Fsync{Interval: time.Second},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func() { ns.Shutdown(); ns.WaitForShutdown() }
-	}
-	stop := startNATS()
+	url, stop := orderlytest.ExternalNATS(t, dir, port, creds)
+	orderlytest.Setup(t, url, creds, 0)
 	cfg := orderlytest.Config(t)
-	cfg.NATSURL = "nats://127.0.0.1:" + strconv.Itoa(port)
+	orderlytest.Attach(&cfg, url, creds, natsauth.Serve)
 	cfg.App.RequestTimeout = 5 * time.Second // the 503 must come from knowing NATS is gone, not from this timeout
 	inst := orderlytest.Start(t, cfg)
 	if r := inst.PostOrder(t, "before", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
@@ -299,8 +293,7 @@ func TestNATSUnavailable(t *testing.T) {
 		t.Fatalf("readyz during the outage: %d", g.Status)
 	}
 
-	stop = startNATS()
-	t.Cleanup(stop)
+	orderlytest.ExternalNATS(t, dir, port, creds)
 	orderlytest.Eventually(t, 20*time.Second, "readiness after NATS is back", func() bool {
 		return orderlytest.Do(t, http.MethodGet, inst.URL+"/readyz", nil).Status == http.StatusOK
 	})
@@ -311,6 +304,34 @@ func TestNATSUnavailable(t *testing.T) {
 	})
 	if n := orderlytest.CreatedByKey(t, inst.JetStream(t))[idempotency.KeyHash(api.DefaultTenant, "during")]; n != 1 {
 		t.Fatalf("%d orders for the retried key, want 1", n)
+	}
+}
+
+// TestConnectionClosedForGoodStopsTheProcess: when nats.go gives a
+// connection up (here: the server came back without the role's user, so every
+// reconnect is refused), the process does not stay alive answering 503 for
+// ever: it reports the failure, for its supervisor to restart it.
+func TestConnectionClosedForGoodStopsTheProcess(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	creds := orderlytest.NewCredentials(t)
+	port := orderlytest.FreePort(t)
+	url, stop := orderlytest.ExternalNATS(t, dir, port, creds)
+	orderlytest.Setup(t, url, creds, 0)
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true}
+	orderlytest.Attach(&cfg, url, creds, natsauth.API)
+	inst := orderlytest.Start(t, cfg)
+
+	stop()
+	orderlytest.ExternalNATS(t, dir, port, orderlytest.NewCredentials(t)) // other keys: the API's is unknown now
+	select {
+	case err := <-inst.Server.Failed():
+		if !strings.Contains(err.Error(), "closed for good") {
+			t.Fatalf("failed with %v, want the closed connection", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the process kept running on a connection nats.go gave up")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 )
@@ -162,7 +163,7 @@ func TestRetryWhilePending(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // let the retry start waiting before the processor exists
 	pcfg := orderlytest.Config(t)
 	pcfg.Roles = server.Roles{Processor: true}
-	pcfg.NATSURL = inst.NATSURL()
+	orderlytest.Attach(&pcfg, inst.NATSURL(), inst.Creds, natsauth.Processor)
 	orderlytest.Start(t, pcfg)
 
 	select {
@@ -463,7 +464,7 @@ func TestLongPolling(t *testing.T) {
 	// A processor decides the order: every waiter returns at once with it.
 	pcfg := orderlytest.Config(t)
 	pcfg.Roles = server.Roles{Processor: true}
-	pcfg.NATSURL = inst.NATSURL()
+	orderlytest.Attach(&pcfg, inst.NATSURL(), inst.Creds, natsauth.Processor)
 	decidedAt := time.Now()
 	orderlytest.Start(t, pcfg)
 	for i := 0; i < waiters; i++ {

@@ -1,0 +1,359 @@
+package natsauth_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// startNATS runs an embedded server with the users of creds and orderly's
+// topology, set up by the operator.
+func startNATS(t *testing.T, creds natsauth.Credentials) string {
+	t.Helper()
+	url, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+	orderlytest.Setup(t, url, creds, 0)
+	return url
+}
+
+// client is a connection as one user that records the permission violations
+// the server reports.
+type client struct {
+	user   string
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	denied chan string
+}
+
+func connect(t *testing.T, url string, creds natsauth.Credentials, user string) *client {
+	t.Helper()
+	c := &client{user: user, denied: make(chan string, 64)}
+	key, err := nats.NkeyOptionFromSeed(creds.SeedPath(user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nc, err = nats.Connect(url, key, nats.CustomInboxPrefix(natsauth.InboxPrefix(user)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				select {
+				case c.denied <- err.Error():
+				default:
+				}
+			}
+		}))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(c.nc.Close)
+	if c.js, err = jetstream.New(c.nc); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// allowed runs op and fails the test if it fails or the server reported a
+// violation.
+func (c *client) allowed(t *testing.T, what string, op func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := op(ctx); err != nil {
+		t.Errorf("%s: %s: %v, want it allowed", c.user, what, err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-c.denied:
+		t.Errorf("%s: %s: %s, want it allowed", c.user, what, v)
+	default:
+	}
+}
+
+// refused runs op and fails the test unless the server reports a permission
+// violation naming subject. (A refused publish or request fails op; a
+// refused pull request leaves a fetch empty, which is not an error.)
+func (c *client) refused(t *testing.T, what, subject string, op func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err := op(ctx)
+	deadline := time.After(2 * time.Second)
+	for {
+		select {
+		case v := <-c.denied:
+			if strings.Contains(v, subject) {
+				return
+			}
+		case <-deadline:
+			t.Errorf("%s: %s: the server reported no violation for %q (the operation returned %v)", c.user, what, subject, err)
+			return
+		}
+	}
+}
+
+func publish(c *client, subject string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: []byte(`{}`)})
+		return err
+	}
+}
+
+func deleteStream(c *client, name string) func(ctx context.Context) error {
+	return func(ctx context.Context) error { return c.js.DeleteStream(ctx, name) }
+}
+
+func putResult(c *client) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		kv, err := c.js.KeyValue(ctx, events.ResultsBucket)
+		if err != nil {
+			return err
+		}
+		_, err = kv.Put(ctx, "forged", []byte("x"))
+		return err
+	}
+}
+
+func getResult(c *client, key string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		kv, err := c.js.KeyValue(ctx, events.ResultsBucket)
+		if err != nil {
+			return err
+		}
+		_, err = kv.Get(ctx, key)
+		return err
+	}
+}
+
+// redirect tries to point orderly's durable consumer elsewhere: a filter on no
+// command, which would silently stop all processing.
+func redirect(c *client, stream, durable string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.js.UpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "nothing",
+		})
+		return err
+	}
+}
+
+func fetch(c *client, stream, durable string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		cons, err := c.js.Consumer(ctx, stream, durable)
+		if err != nil {
+			return err
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		for range batch.Messages() {
+		}
+		return batch.Error()
+	}
+}
+
+func subscribe(c *client, subject string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		sub, err := c.nc.SubscribeSync(subject)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		if err := c.nc.Flush(); err != nil {
+			return err
+		}
+		// A refused subscription is reported asynchronously; give it time.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+		if _, err := sub.NextMsg(10 * time.Millisecond); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		return nil
+	}
+}
+
+// TestNoAnonymousOrUnknownUser: the server of every deployment refuses a
+// connection without a key, with a key it does not know, and with a user's
+// key whose seed is not the one it was given.
+func TestNoAnonymousOrUnknownUser(t *testing.T) {
+	t.Parallel()
+	creds := orderlytest.NewCredentials(t)
+	url := startNATS(t, creds)
+
+	if nc, err := nats.Connect(url, nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("an anonymous connection was accepted")
+	} else if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Fatalf("anonymous: %v, want an authorization error", err)
+	}
+
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	stranger := filepath.Join(t.TempDir(), "stranger.nk")
+	if err := os.WriteFile(stranger, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opt, err := nats.NkeyOptionFromSeed(stranger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := nats.Connect(url, opt, nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("an unknown key was accepted")
+	}
+
+	// A user/password pair is not a way in either.
+	if nc, err := nats.Connect(url, nats.UserInfo("operator", "operator"), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("a user and password were accepted")
+	}
+}
+
+// TestEachUserMayDoItsJobAndNothingElse runs, for each user, what its role
+// needs (allowed) and what a compromised process of that role would try
+// (refused by the server): forge events or results, publish commands that
+// skip the API, delete a stream, redirect or drain orderly's durable
+// consumers, read another user's replies.
+func TestEachUserMayDoItsJobAndNothingElse(t *testing.T) {
+	t.Parallel()
+	creds := orderlytest.NewCredentials(t)
+	url := startNATS(t, creds)
+	event := events.EventSubject(events.KindCreated, "ord_forged")
+	const commands, evs, results = events.CommandStream, events.EventStream, jsstore.ResultsStream
+	const kvPut = "$KV." + events.ResultsBucket + ".forged"
+
+	t.Run("api", func(t *testing.T) {
+		c := connect(t, url, creds, natsauth.API)
+		c.allowed(t, "publish a command", publish(c, events.CommandSubject))
+		c.allowed(t, "read a result", func(ctx context.Context) error {
+			if err := getResult(c, "absent")(ctx); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return err
+			}
+			return nil
+		})
+		c.allowed(t, "follow the results", func(ctx context.Context) error {
+			cons, err := c.js.OrderedConsumer(ctx, results, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+			if err != nil {
+				return err
+			}
+			_, err = cons.Info(ctx)
+			return err
+		})
+		c.refused(t, "publish an event", event, publish(c, event))
+		c.refused(t, "write a result", kvPut, putResult(c))
+		c.refused(t, "delete ORDER_EVENTS", "STREAM.DELETE."+evs, deleteStream(c, evs))
+		c.refused(t, "redirect the processor's consumer", "CONSUMER.CREATE."+commands+"."+jsstore.ProcessorConsumer, redirect(c, commands, jsstore.ProcessorConsumer))
+		c.refused(t, "take the processor's commands", commands+"."+jsstore.ProcessorConsumer, fetch(c, commands, jsstore.ProcessorConsumer))
+		c.refused(t, "read the operator's replies", "_INBOX.>", subscribe(c, "_INBOX.>"))
+		c.refused(t, "read the processor's replies", "_INBOX_processor.>", subscribe(c, "_INBOX_processor.>"))
+		c.refused(t, "listen to commands", events.CommandSubject, subscribe(c, events.CommandSubject))
+	})
+
+	t.Run("processor", func(t *testing.T) {
+		c := connect(t, url, creds, natsauth.Processor)
+		c.allowed(t, "publish an event", publish(c, event))
+		c.allowed(t, "write a result", putResult(c))
+		c.allowed(t, "dead-letter a command", publish(c, events.DeadLetterSubject))
+		c.allowed(t, "take commands", fetch(c, commands, jsstore.ProcessorConsumer))
+		c.refused(t, "publish a command", events.CommandSubject, publish(c, events.CommandSubject))
+		c.refused(t, "delete ORDER_COMMANDS", "STREAM.DELETE."+commands, deleteStream(c, commands))
+		c.refused(t, "redirect its own consumer", "CONSUMER.CREATE."+commands+"."+jsstore.ProcessorConsumer, redirect(c, commands, jsstore.ProcessorConsumer))
+		c.refused(t, "take the projector's events", evs+"."+jsstore.ProjectorConsumer, fetch(c, evs, jsstore.ProjectorConsumer))
+	})
+
+	t.Run("projector", func(t *testing.T) {
+		c := connect(t, url, creds, natsauth.Projector)
+		c.allowed(t, "write a result", putResult(c))
+		c.allowed(t, "take events", fetch(c, evs, jsstore.ProjectorConsumer))
+		c.refused(t, "publish a command", events.CommandSubject, publish(c, events.CommandSubject))
+		c.refused(t, "publish an event", event, publish(c, event))
+		c.refused(t, "purge ORDER_EVENTS", "STREAM.PURGE."+evs, func(ctx context.Context) error {
+			s, err := c.js.Stream(ctx, evs)
+			if err != nil {
+				return err
+			}
+			return s.Purge(ctx)
+		})
+	})
+
+	t.Run("events", func(t *testing.T) {
+		c := connect(t, url, creds, natsauth.Events)
+		c.allowed(t, "create its own durable consumer and read from it", func(ctx context.Context) error {
+			if _, err := c.js.CreateOrUpdateConsumer(ctx, evs, jetstream.ConsumerConfig{
+				Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: events.KindSubjects(events.KindCreated),
+			}); err != nil {
+				return err
+			}
+			return fetch(c, evs, "billing")(ctx)
+		})
+		c.refused(t, "redirect orderly's projector", "CONSUMER.CREATE."+evs+"."+jsstore.ProjectorConsumer, redirect(c, evs, jsstore.ProjectorConsumer))
+		c.refused(t, "take the projector's events", "CONSUMER.MSG.NEXT."+evs+"."+jsstore.ProjectorConsumer, fetch(c, evs, jsstore.ProjectorConsumer))
+		c.refused(t, "delete the projector", "CONSUMER.DELETE."+evs+"."+jsstore.ProjectorConsumer, func(ctx context.Context) error {
+			return c.js.DeleteConsumer(ctx, evs, jsstore.ProjectorConsumer)
+		})
+		c.refused(t, "publish an event", event, publish(c, event))
+		c.refused(t, "publish a command", events.CommandSubject, publish(c, events.CommandSubject))
+		c.refused(t, "read a result", "ORDER_RESULTS", getResult(c, "any"))
+		c.refused(t, "read the commands", "STREAM.INFO."+commands, func(ctx context.Context) error {
+			_, err := c.js.Stream(ctx, commands)
+			return err
+		})
+	})
+
+	t.Run("operator", func(t *testing.T) {
+		c := connect(t, url, creds, natsauth.Operator)
+		c.allowed(t, "change the dead-letter stream", func(ctx context.Context) error {
+			s, err := c.js.Stream(ctx, events.DeadLetterStream)
+			if err != nil {
+				return err
+			}
+			return s.Purge(ctx)
+		})
+		c.allowed(t, "publish a command", publish(c, events.CommandSubject))
+	})
+}
+
+// TestRefusedCredentialsFailAtOnce: a role started without credentials, or
+// with a key the server does not know, stops at once with a message that says
+// what to pass, instead of waiting out --startup-timeout as it does for a
+// server that is not up yet.
+func TestRefusedCredentialsFailAtOnce(t *testing.T) {
+	t.Parallel()
+	creds := orderlytest.NewCredentials(t)
+	url := startNATS(t, creds)
+	other := orderlytest.NewCredentials(t) // same users, other keys
+	for _, c := range []jsstore.Credentials{{}, {NkeyFile: other.SeedPath(natsauth.API)}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		begin := time.Now()
+		nc, err := jsstore.Connect(ctx, jsstore.ConnectConfig{URL: url, Name: "test", Credentials: c}, nil)
+		cancel()
+		if err == nil {
+			nc.Close()
+			t.Fatalf("%+v: connected", c)
+		}
+		if !errors.Is(err, jsstore.ErrCredentials) || !strings.Contains(err.Error(), "--nats-nkey") {
+			t.Errorf("%+v: %v, want ErrCredentials naming --nats-nkey", c, err)
+		}
+		if el := time.Since(begin); el > 5*time.Second {
+			t.Errorf("%+v: refused after %s; want at once", c, el)
+		}
+	}
+}
