@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -160,11 +161,24 @@ func (h *handlers) readBody(c *gin.Context) ([]byte, *problem.Problem) {
 	if c.Request.ContentLength > h.cfg.BodyLimit {
 		return nil, tooLarge
 	}
+	// The body must arrive within BodyTimeout; the deadline is lifted once it
+	// has, so that the wait for the decision and the server's watch for a
+	// client that hangs up are not cut short.
+	rc := http.NewResponseController(c.Writer)
+	deadline := rc.SetReadDeadline(time.Now().Add(h.cfg.BodyTimeout)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, h.cfg.BodyLimit))
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	var mbe *http.MaxBytesError
+	var ne net.Error
 	switch {
 	case errors.As(err, &mbe):
 		return nil, tooLarge
+	case errors.As(err, &ne) && ne.Timeout():
+		c.Header("Connection", "close")
+		return nil, problem.New(http.StatusRequestTimeout, problem.CodeTimeout, "Request timeout",
+			fmt.Sprintf("the body did not arrive within %s; nothing was stored, retry with the same idempotency key", h.cfg.BodyTimeout))
 	case err != nil:
 		return nil, problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request", "the body could not be read: "+err.Error())
 	}

@@ -66,6 +66,11 @@ type OrderFlags struct {
 	Wait            time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
 	MaxWait         time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
 	BodyLimit       int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
+	HeaderTimeout   time.Duration `name:"http-header-timeout" env:"ORDERLY_HTTP_HEADER_TIMEOUT" default:"10s" help:"How long a client may take to send a request's headers."`
+	BodyTimeout     time.Duration `name:"http-body-timeout" env:"ORDERLY_HTTP_BODY_TIMEOUT" default:"10s" help:"How long a client may take to send a request body (408 after, nothing stored). Long polls are not limited by it."`
+	IdleTimeout     time.Duration `name:"http-idle-timeout" env:"ORDERLY_HTTP_IDLE_TIMEOUT" default:"60s" help:"How long a keep-alive connection may stay idle."`
+	MaxHeaderBytes  int           `name:"http-max-header-bytes" env:"ORDERLY_HTTP_MAX_HEADER_BYTES" default:"32768" help:"Largest size of a request's headers (431 above)."`
+	MaxConns        int           `name:"http-max-conns" env:"ORDERLY_HTTP_MAX_CONNS" default:"0" help:"Most HTTP connections open at once; more wait in the listen queue, so that clients never take the file descriptors the store needs. 0: half of the open-file limit (ulimit -n), between 64 and 16384."`
 	TokensFile      string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant."`
 	ResultCache     int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"16384" help:"How many completed results the API keeps in memory for replays (about 1 KiB each)."`
 	BatchWrites     bool          `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" help:"Group concurrent writes to each stream into atomic batches (one commit, and with --fsync always one sync, per batch). Off by default: it pays only when many writes are in flight at once (docs/performance.md)."`
@@ -159,6 +164,8 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	cfg.API.Wait = c.Wait
 	cfg.API.MaxWait = c.MaxWait
 	cfg.API.BodyLimit = c.BodyLimit
+	cfg.API.BodyTimeout = c.BodyTimeout
+	cfg.HTTP = server.HTTPLimits{HeaderTimeout: c.HeaderTimeout, IdleTimeout: c.IdleTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxConns: c.MaxConns}
 	cfg.Hub.CacheSize = c.ResultCache
 	cfg.PprofAddr = c.PprofAddr
 	cfg.BatchWrites = c.BatchWrites

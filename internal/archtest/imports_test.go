@@ -41,6 +41,8 @@ var rules = map[string][]string{
 	"internal/check":      {natsServer},
 	"internal/tail":       {natsServer},
 	"internal/natsserver": {watermill, gin, module + "internal/app"},
+	"internal/datadir":    {natsClient, natsServer, watermill, gin, module},
+	"internal/natsauth":   {natsServer, watermill, gin, module + "internal/app", module + "internal/server"},
 }
 
 type pkg struct {

@@ -283,3 +283,22 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Buffer is a bytes.Buffer that a process's output and a test may use at
+// once.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -3,7 +3,9 @@ package orderlytest
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,4 +197,63 @@ func (c *ProcessCluster) Index(serverName string) int {
 		}
 	}
 	return -1
+}
+
+// BuildOrderly builds the orderly binary into the test's temporary directory
+// (the build cache makes it quick after the first time).
+func BuildOrderly(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "orderly")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/orderly-dev/orderly/cmd/orderly").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build orderly: %v: %s", err, out)
+	}
+	return bin
+}
+
+// Process is an orderly command as a child process that can be killed with
+// SIGKILL. Its output goes to the test's stderr when ORDERLY_TEST_LOG is set.
+type Process struct {
+	T    testing.TB
+	Bin  string
+	Args []string
+	// URL is its HTTP address; Start waits until its /readyz answers 200.
+	URL string
+	// Output, when set, receives its stdout and stderr.
+	Output io.Writer
+	Cmd    *exec.Cmd
+}
+
+// Start starts the process and waits up to 30 s for it to be ready.
+func (p *Process) Start() {
+	p.T.Helper()
+	p.Cmd = exec.Command(p.Bin, p.Args...)
+	if os.Getenv("ORDERLY_TEST_LOG") != "" {
+		p.Cmd.Stdout, p.Cmd.Stderr = os.Stderr, os.Stderr
+	}
+	if p.Output != nil {
+		p.Cmd.Stdout, p.Cmd.Stderr = p.Output, p.Output
+	}
+	if err := p.Cmd.Start(); err != nil {
+		p.T.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if r, err := http.Get(p.URL + "/readyz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			p.T.Fatalf("%s did not get ready", strings.Join(p.Args, " "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Kill9 kills the process with SIGKILL: no shutdown, no flush.
+func (p *Process) Kill9() {
+	_ = p.Cmd.Process.Kill()
+	_, _ = p.Cmd.Process.Wait()
 }

@@ -17,6 +17,7 @@ const (
 	CodeInvalid      = "invalid_request"
 	CodeRejected     = "order_rejected"
 	CodeTooLarge     = "request_too_large"
+	CodeTimeout      = "request_timeout"
 	CodeMediaType    = "unsupported_media_type"
 	CodeUnauthorized = "unauthorized"
 	CodeNotFound     = "not_found"

@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,10 +29,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/netutil"
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/app"
+	"github.com/orderly-dev/orderly/internal/datadir"
 	"github.com/orderly-dev/orderly/internal/hub"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
@@ -109,6 +110,8 @@ type Config struct {
 	StoreFaultGrace time.Duration
 	// ShutdownTimeout bounds Shutdown.
 	ShutdownTimeout time.Duration
+	// HTTP bounds what clients may hold of the HTTP server.
+	HTTP HTTPLimits
 	// PprofAddr, when set, serves net/http/pprof there (never on the API's port).
 	PprofAddr string
 	// BatchWrites groups concurrent writes to a stream into atomic batches
@@ -117,6 +120,30 @@ type Config struct {
 	// small and the server's staging of each batch costs more than the syncs
 	// it saves (docs/performance.md).
 	BatchWrites bool
+}
+
+// HTTPLimits bound what slow or greedy clients can take. (The time a body
+// may take is api.Config.BodyTimeout.)
+type HTTPLimits struct {
+	// HeaderTimeout is how long a client may take to send a request's headers.
+	HeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection that sends no request.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps the size of a request's headers (431 above).
+	MaxHeaderBytes int
+	// MaxConns caps the open HTTP connections; more wait in the listen queue
+	// until one closes, so that clients can never take the file descriptors
+	// the store needs. 0: half of the process's file limit (RLIMIT_NOFILE),
+	// between 64 and 16384.
+	MaxConns int
+}
+
+// maxConns is the connection cap: as set, or derived from the file limit.
+func (l HTTPLimits) maxConns() int {
+	if l.MaxConns > 0 {
+		return l.MaxConns
+	}
+	return min(max(fileLimit()/2, 64), 16384)
 }
 
 // DefaultConfig is the configuration of orderly serve.
@@ -144,6 +171,7 @@ func DefaultConfig() Config {
 		MinFreeSpace:    256 << 20,
 		StoreFaultGrace: 30 * time.Second,
 		ShutdownTimeout: 40 * time.Second,
+		HTTP:            HTTPLimits{HeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 32 << 10},
 	}
 }
 
@@ -178,6 +206,9 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Topology.Validate())
+	if c.HTTP.HeaderTimeout <= 0 || c.HTTP.IdleTimeout <= 0 || c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("http: header and idle timeouts must be positive, the header limit at least 4096 bytes and the connection cap not negative (got %+v)", c.HTTP))
+	}
 	if c.ShutdownTimeout <= 0 || c.StartupTimeout <= 0 || c.StoreFaultGrace <= 0 {
 		errs = append(errs, errors.New("startup and shutdown timeouts and the store fault grace must be positive"))
 	}
@@ -218,6 +249,7 @@ type Server struct {
 
 	wg       sync.WaitGroup
 	failed   chan error
+	lock     *datadir.Lock // of the data directory, with the embedded server
 	shutOnce sync.Once
 	shutErr  error
 }
@@ -314,10 +346,12 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		ccfg.InboxPrefix = natsauth.InboxPrefix(s.user())
 	}
 	if s.cfg.NATSURL == "" {
-		if err := os.MkdirAll(s.cfg.DataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("data dir: %w", err)
-		}
 		abs, _ := filepath.Abs(s.cfg.DataDir)
+		lock, err := datadir.Acquire(abs)
+		if err != nil {
+			return nil, err
+		}
+		s.lock = lock
 		s.creds = natsauth.Credentials{Dir: filepath.Join(abs, "credentials")}
 		if err := s.creds.Init(); err != nil {
 			return nil, err
@@ -584,11 +618,28 @@ func (s *Server) serveHTTP(h http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("http listen: %w", err)
 	}
+	limit := s.cfg.HTTP.maxConns()
+	ln = netutil.LimitListener(ln, limit)
 	s.httpLn = ln
+	open := prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderly_http_open_connections", Help: "Open HTTP connections."})
+	s.registry.MustRegister(open, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderly_http_connection_limit",
+		Help: "Most HTTP connections open at once; more wait in the listen queue."}, func() float64 { return float64(limit) }))
+	// No ReadTimeout or WriteTimeout: they would cut long polls short (a read
+	// deadline that passes while a handler waits cancels its request). The
+	// body's deadline is set by the API while it reads the body.
 	s.http = &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: s.cfg.HTTP.HeaderTimeout,
+		IdleTimeout:       s.cfg.HTTP.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.HTTP.MaxHeaderBytes,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				open.Inc()
+			case http.StateClosed, http.StateHijacked:
+				open.Dec()
+			}
+		},
 	}
 	s.wg.Add(1)
 	go func() {
@@ -597,7 +648,7 @@ func (s *Server) serveHTTP(h http.Handler) error {
 			s.failed <- fmt.Errorf("http: %w", err)
 		}
 	}()
-	s.logger.Info("HTTP listening", "addr", ln.Addr().String(), "api", s.cfg.Roles.API)
+	s.logger.Info("HTTP listening", "addr", ln.Addr().String(), "api", s.cfg.Roles.API, "max_conns", limit)
 	return nil
 }
 
@@ -719,6 +770,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if s.ns != nil {
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
+	}
+	if err := s.lock.Release(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

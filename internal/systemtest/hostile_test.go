@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/internal/orderlytest"
+	"github.com/orderly-dev/orderly/internal/server"
 )
 
 // Hostile and buggy clients: what the security review reproduced, one test
@@ -181,5 +183,105 @@ func TestMetricsCardinalityIsBounded(t *testing.T) {
 	if after := size(); after > before+512 {
 		t.Fatalf("/metrics grew from %d to %d bytes with 600 invented methods and paths:\n%s", before, after,
 			orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil).Body)
+	}
+}
+
+// slowRequest sends head on a new connection, then trickles one byte of
+// body every interval until the server answers; it returns the status line
+// and when it came.
+func slowRequest(addr, head string, interval, limit time.Duration) (status string, after time.Duration, err error) {
+	begin := time.Now()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return "", 0, err
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, head); err != nil {
+		return "", 0, err
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	if interval > 0 {
+		go func() {
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					if _, err := conn.Write([]byte(" ")); err != nil {
+						return
+					}
+				}
+			}
+		}()
+	}
+	_ = conn.SetReadDeadline(begin.Add(limit))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimSpace(line), time.Since(begin), err
+}
+
+// TestSlowAndGreedyClients: 200 connections that trickle a body are answered
+// 408 once the body timeout has passed, and closed; a request without a token
+// is refused before its body is read; headers over the limit are refused; a
+// connection that never finishes its headers is closed; long polls outlast
+// the body timeout; and the service still takes orders.
+func TestSlowAndGreedyClients(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true, Projector: true} // no processor: orders stay pending for the long poll
+	cfg.API.Tokens = map[string]string{"token-a": "tenant-a"}
+	cfg.API.BodyTimeout = 2 * time.Second
+	cfg.HTTP.HeaderTimeout = 2 * time.Second
+	inst := orderlytest.Start(t, cfg)
+	addr := strings.TrimPrefix(inst.URL, "http://")
+	head := func(key, auth string) string {
+		return "POST /v1/orders HTTP/1.1\r\nHost: orderly\r\nContent-Type: application/json\r\nIdempotency-Key: " + key +
+			"\r\n" + auth + "Content-Length: 65536\r\n\r\n"
+	}
+
+	const n = 200
+	type result struct {
+		status string
+		after  time.Duration
+		err    error
+	}
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			s, after, err := slowRequest(addr, head(fmt.Sprintf("slow-%d", i), "Authorization: Bearer token-a\r\n"), 500*time.Millisecond, 15*time.Second)
+			results <- result{s, after, err}
+		}()
+	}
+	// Meanwhile: no token, no body: 401 at once.
+	if s, after, err := slowRequest(addr, head("no-token", ""), 0, 5*time.Second); err != nil || !strings.Contains(s, " 401 ") || after > time.Second {
+		t.Errorf("without a token: %q after %s (%v), want 401 before the body", s, after, err)
+	}
+	// Headers that never end: closed after the header timeout.
+	if s, after, err := slowRequest(addr, "GET /v1/orders/ord_1 HTTP/1.1\r\nHost: orderly\r\n", 0, 10*time.Second); err == nil || after > 5*time.Second {
+		t.Errorf("unfinished headers: %q after %s (%v), want the connection closed within the header timeout", s, after, err)
+	}
+	// Headers over the limit.
+	big := "GET /v1/orders/ord_1 HTTP/1.1\r\nHost: orderly\r\nX-Big: " + strings.Repeat("b", 40<<10) + "\r\n\r\n"
+	if s, _, err := slowRequest(addr, big, 0, 5*time.Second); err != nil || !strings.Contains(s, " 431 ") {
+		t.Errorf("40 KiB of headers: %q (%v), want 431", s, err)
+	}
+	for range n {
+		r := <-results
+		if r.err != nil || !strings.Contains(r.status, " 408 ") || r.after > 6*time.Second {
+			t.Fatalf("slow upload: %q after %s (%v), want 408 after the 2 s body timeout", r.status, r.after, r.err)
+		}
+	}
+
+	auth := "Authorization: Bearer token-a"
+	pending := inst.PostOrder(t, "after-the-slow-ones", orderlytest.Order("c-1"), auth, "Prefer: respond-async")
+	if pending.Status != http.StatusAccepted {
+		t.Fatalf("after the slow uploads: %d %s", pending.Status, pending.Body)
+	}
+	begin := time.Now()
+	poll := orderlytest.Do(t, http.MethodGet, inst.URL+pending.Header.Get("Location")+"?wait=4s", nil, auth)
+	if poll.Status != http.StatusOK || time.Since(begin) < 3500*time.Millisecond {
+		t.Fatalf("a 4 s long poll with a 2 s body timeout: %d after %s", poll.Status, time.Since(begin))
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,18 +12,6 @@ import (
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/tail"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func TestTail(t *testing.T) {
 	t.Parallel()
@@ -66,7 +53,7 @@ func TestTail(t *testing.T) {
 
 	// --follow prints new events as they come, until cancelled.
 	fctx, cancel := context.WithCancel(ctx)
-	var out syncBuffer
+	var out orderlytest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		_, err := tail.Tail(fctx, js, tail.Options{Follow: true, Kind: events.KindCreated}, &out)

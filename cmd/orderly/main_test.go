@@ -1,0 +1,187 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// serveArgs are the arguments of an orderly serve on its own ports.
+func serveArgs(t *testing.T, dataDir string) (args []string, url string) {
+	httpPort, natsPort := orderlytest.FreePort(t), orderlytest.FreePort(t)
+	return []string{"serve", "--data-dir", dataDir, "--http-addr", fmt.Sprintf("127.0.0.1:%d", httpPort),
+		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPort), "--min-free-space", "0"}, fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+}
+
+// TestSecondServeOnADataDirExits: two processes on one data directory corrupt
+// the store and decide keys twice; the second exits at once, non-zero, naming
+// the first. A holder killed with SIGKILL leaves no lock behind.
+func TestSecondServeOnADataDirExits(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	args, url := serveArgs(t, dir)
+	first := &orderlytest.Process{T: t, Bin: bin, Args: args, URL: url}
+	first.Start()
+	t.Cleanup(first.Kill9)
+
+	args2, url2 := serveArgs(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	second := exec.CommandContext(ctx, bin, args2...)
+	second.Stderr = &stderr
+	err := second.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 || ctx.Err() != nil {
+		t.Fatalf("second serve: %v (stderr %s), want a non-zero exit at once", err, stderr.String())
+	}
+	want := "pid " + strconv.Itoa(first.Cmd.Process.Pid)
+	if !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "in use") {
+		t.Fatalf("second serve said %q; want it to name the holder (%s)", stderr.String(), want)
+	}
+
+	first.Kill9()
+	third := &orderlytest.Process{T: t, Bin: bin, Args: args2, URL: url2}
+	third.Start() // fails the test unless it gets ready
+	third.Kill9()
+}
+
+// TestSlowClientsCannotTakeTheStoresFiles: orderly serve under a limit of
+// 256 open files, and 400 connections that trickle a body (more than the
+// limit). The connection cap keeps the store's files free and the body
+// timeout frees the connections: the store never meets "too many open
+// files", and once the slow clients are gone the service is ready and takes
+// an order.
+func TestSlowClientsCannotTakeTheStoresFiles(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	args, url := serveArgs(t, filepath.Join(t.TempDir(), "data"))
+	args = append(args, "--http-body-timeout", "3s")
+	out := &orderlytest.Buffer{}
+	p := &orderlytest.Process{T: t, Bin: "sh", Args: []string{"-c", `ulimit -n 256 && exec "$0" "$@"`, bin}, URL: url, Output: out}
+	p.Args = append(p.Args, args...)
+	p.Start()
+	t.Cleanup(p.Kill9)
+
+	addr := strings.TrimPrefix(url, "http://")
+	const n = 400
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: orderly\r\nContent-Type: application/json\r\nIdempotency-Key: slow-%d\r\nContent-Length: 65536\r\n\r\n", i)
+			_ = conn.SetDeadline(time.Now().Add(40 * time.Second))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if line, _ := bufio.NewReader(conn).ReadString('\n'); strings.Contains(line, " 408 ") {
+					answered.Add(1)
+				}
+			}()
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Second):
+					if _, err := conn.Write([]byte(" ")); err != nil {
+						<-done
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := answered.Load(); got != n {
+		t.Errorf("%d of %d slow uploads were answered 408", got, n)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, err := orderlytest.TryDo(http.MethodGet, url+"/readyz", nil)
+		if err == nil && r.Status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after the slow clients: %d %s %v\n%s", r.Status, r.Body, err, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r := orderlytest.Do(t, http.MethodPost, url+"/v1/orders", orderlytest.Order("c-1"), "Content-Type: application/json", "Idempotency-Key: after")
+	if r.Status != http.StatusCreated {
+		t.Fatalf("after the slow clients: %d %s", r.Status, r.Body)
+	}
+	if log := out.String(); strings.Contains(log, "too many open files") {
+		t.Fatalf("the process ran out of files:\n%s", log)
+	}
+}
+
+// TestSecretsAreNeverPrinted: a password or token in a NATS URL is redacted
+// in every log line and error, and bearer tokens never appear in the output,
+// not even at debug level.
+func TestSecretsAreNeverPrinted(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	down := orderlytest.FreePort(t) // nothing listens there
+	for _, natsURL := range []string{
+		fmt.Sprintf("nats://admin:s3cret-pw@127.0.0.1:%d", down),
+		fmt.Sprintf("nats://s3cret-token@127.0.0.1:%d", down),
+	} {
+		cmd := exec.Command(bin, "api", "--nats-url", natsURL+",nats://127.0.0.1:1", "--startup-timeout", "6s",
+			"--http-addr", fmt.Sprintf("127.0.0.1:%d", orderlytest.FreePort(t)), "--log-level", "debug")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("api started without NATS:\n%s", out)
+		}
+		if bytes.Contains(out, []byte("s3cret")) {
+			t.Errorf("the secret of %s was printed:\n%s", natsURL, out)
+		}
+		if !bytes.Contains(out, []byte("waiting for NATS")) {
+			t.Errorf("no progress while waiting for NATS:\n%s", out)
+		}
+	}
+
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("tenant-a s3cret-bearer-a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args, url := serveArgs(t, filepath.Join(t.TempDir(), "data"))
+	out := &orderlytest.Buffer{}
+	p := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--tokens-file", tokens, "--log-level", "debug"), URL: url, Output: out}
+	p.Start()
+	t.Cleanup(p.Kill9)
+	for _, token := range []string{"s3cret-bearer-a", "s3cret-bearer-wrong"} {
+		r := orderlytest.Do(t, http.MethodPost, url+"/v1/orders", orderlytest.Order("c-1"), "Content-Type: application/json",
+			"Idempotency-Key: k", "Authorization: Bearer "+token)
+		if bytes.Contains(r.Body, []byte("s3cret")) {
+			t.Errorf("a response echoes the token: %s", r.Body)
+		}
+	}
+	_ = p.Cmd.Process.Signal(os.Interrupt)
+	_, _ = p.Cmd.Process.Wait()
+	if strings.Contains(out.String(), "s3cret") {
+		t.Errorf("a token was printed:\n%s", out.String())
+	}
+}
