@@ -102,6 +102,10 @@ type Service interface {
 //go:embed openapi.json
 var openAPI []byte
 
+// OpenAPI is the OpenAPI 3.1 document of the HTTP API, as served at
+// /openapi.json.
+func OpenAPI() []byte { return openAPI }
+
 type handlers struct {
 	cfg     Config
 	svc     Service

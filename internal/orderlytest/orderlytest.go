@@ -121,6 +121,9 @@ type Response struct {
 	Status int
 	Header http.Header
 	Body   []byte
+	// Violation says how the response breaks the OpenAPI document, when
+	// CheckResponses is on.
+	Violation error
 }
 
 // Problem decodes an RFC 9457 body.
@@ -156,6 +159,9 @@ func Do(t testing.TB, method, url string, body []byte, header ...string) Respons
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
+	if r.Violation != nil {
+		t.Errorf("%v", r.Violation)
+	}
 	return r
 }
 
@@ -182,7 +188,15 @@ func TryDo(method, url string, body []byte, header ...string) (Response, error) 
 	if err != nil {
 		return Response{}, err
 	}
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+	r := Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	if check := responseCheck.Load(); check != nil {
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		if err := (*check)(req, resp); err != nil {
+			r.Violation = fmt.Errorf("%s %s -> %d: %w", method, url, resp.StatusCode, err)
+			violations.add(r.Violation)
+		}
+	}
+	return r, nil
 }
 
 // Order is a valid order body with the given customer.

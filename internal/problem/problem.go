@@ -29,6 +29,11 @@ const (
 	CodeNotLive      = "not_live"
 )
 
+// Codes lists every code, for the documents that must name them all.
+var Codes = []string{CodeKeyMissing, CodeKeyInvalid, CodeKeyInUse, CodeKeyReused, CodeInvalid, CodeRejected, CodeTooLarge,
+	CodeTimeout, CodeMediaType, CodeUnauthorized, CodeNotFound, CodeUnavailable, CodeUnknown, CodeInternal, CodeMethod,
+	CodeNotReady, CodeNotLive}
+
 // FieldError is one problem with one field of the request body.
 type FieldError struct {
 	// Field is the path of the field, such as "items[0].quantity"; empty for the

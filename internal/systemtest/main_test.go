@@ -1,0 +1,10 @@
+package systemtest
+
+import (
+	"testing"
+
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// Every response the tests get is validated against the OpenAPI document.
+func TestMain(m *testing.M) { orderlytest.MainWithOpenAPI(m) }
