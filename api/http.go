@@ -39,11 +39,6 @@ type Config struct {
 	Wait time.Duration
 	// MaxWait caps the client's Prefer: wait=N and GET ?wait=.
 	MaxWait time.Duration
-	// BodyTimeout is how long a client may take to send a request body once
-	// its headers are in (408 after, and the connection is closed), so that
-	// slow uploads cannot hold connections for ever. It does not limit long
-	// polls: the wait for a decision starts after the body.
-	BodyTimeout time.Duration
 	// Tokens maps bearer tokens to tenants. Empty: no authentication, and every
 	// request belongs to DefaultTenant.
 	Tokens map[string]string
@@ -51,7 +46,7 @@ type Config struct {
 
 // DefaultConfig is the configuration of the standalone API.
 func DefaultConfig() Config {
-	return Config{BodyLimit: 64 << 10, Wait: 2 * time.Second, MaxWait: 30 * time.Second, BodyTimeout: 10 * time.Second}
+	return Config{BodyLimit: 64 << 10, Wait: 2 * time.Second, MaxWait: 30 * time.Second}
 }
 
 func (c *Config) setDefaults() {
@@ -62,9 +57,7 @@ func (c *Config) setDefaults() {
 	if c.MaxWait == 0 {
 		c.MaxWait = max(d.MaxWait, c.Wait)
 	}
-	if c.BodyTimeout == 0 {
-		c.BodyTimeout = d.BodyTimeout
-	}
+
 }
 
 // Validate reports every problem with c; zero fields count as their defaults.
@@ -76,9 +69,6 @@ func (c Config) Validate() error {
 	}
 	if c.Wait < 0 {
 		errs = append(errs, fmt.Errorf("wait must not be negative, got %s", c.Wait))
-	}
-	if c.BodyTimeout < 0 {
-		errs = append(errs, fmt.Errorf("body timeout must not be negative, got %s", c.BodyTimeout))
 	}
 	if c.MaxWait < c.Wait {
 		errs = append(errs, fmt.Errorf("max wait (%s) must be at least wait (%s)", c.MaxWait, c.Wait))

@@ -164,8 +164,7 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	cfg.API.Wait = c.Wait
 	cfg.API.MaxWait = c.MaxWait
 	cfg.API.BodyLimit = c.BodyLimit
-	cfg.API.BodyTimeout = c.BodyTimeout
-	cfg.HTTP = server.HTTPLimits{HeaderTimeout: c.HeaderTimeout, IdleTimeout: c.IdleTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxConns: c.MaxConns}
+	cfg.HTTP = server.HTTPLimits{HeaderTimeout: c.HeaderTimeout, BodyTimeout: c.BodyTimeout, IdleTimeout: c.IdleTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxConns: c.MaxConns}
 	cfg.Hub.CacheSize = c.ResultCache
 	cfg.PprofAddr = c.PprofAddr
 	cfg.BatchWrites = c.BatchWrites

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -122,11 +123,15 @@ type Config struct {
 	BatchWrites bool
 }
 
-// HTTPLimits bound what slow or greedy clients can take. (The time a body
-// may take is api.Config.BodyTimeout.)
+// HTTPLimits bound what slow or greedy clients can take.
 type HTTPLimits struct {
 	// HeaderTimeout is how long a client may take to send a request's headers.
 	HeaderTimeout time.Duration
+	// BodyTimeout is how long a client may take to send a request's body once
+	// its headers are in (the API answers 408; the connection is closed), so
+	// that slow uploads cannot hold connections for ever. Long polls are not
+	// limited: the deadline is lifted once the body is in.
+	BodyTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection that sends no request.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes caps the size of a request's headers (431 above).
@@ -171,7 +176,7 @@ func DefaultConfig() Config {
 		MinFreeSpace:    256 << 20,
 		StoreFaultGrace: 30 * time.Second,
 		ShutdownTimeout: 40 * time.Second,
-		HTTP:            HTTPLimits{HeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 32 << 10},
+		HTTP:            HTTPLimits{HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 32 << 10},
 	}
 }
 
@@ -206,8 +211,8 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Topology.Validate())
-	if c.HTTP.HeaderTimeout <= 0 || c.HTTP.IdleTimeout <= 0 || c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxConns < 0 {
-		errs = append(errs, fmt.Errorf("http: header and idle timeouts must be positive, the header limit at least 4096 bytes and the connection cap not negative (got %+v)", c.HTTP))
+	if c.HTTP.HeaderTimeout <= 0 || c.HTTP.BodyTimeout <= 0 || c.HTTP.IdleTimeout <= 0 || c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("http: header, body and idle timeouts must be positive, the header limit at least 4096 bytes and the connection cap not negative (got %+v)", c.HTTP))
 	}
 	if c.ShutdownTimeout <= 0 || c.StartupTimeout <= 0 || c.StoreFaultGrace <= 0 {
 		errs = append(errs, errors.New("startup and shutdown timeouts and the store fault grace must be positive"))
@@ -624,12 +629,14 @@ func (s *Server) serveHTTP(h http.Handler) error {
 	open := prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderly_http_open_connections", Help: "Open HTTP connections."})
 	s.registry.MustRegister(open, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderly_http_connection_limit",
 		Help: "Most HTTP connections open at once; more wait in the listen queue."}, func() float64 { return float64(limit) }))
-	// No ReadTimeout or WriteTimeout: they would cut long polls short (a read
-	// deadline that passes while a handler waits cancels its request). The
-	// body's deadline is set by the API while it reads the body.
+	// ReadTimeout bounds a request whose body no handler of ours reads
+	// (net/http answers OPTIONS * itself, reading its body); bodyDeadline
+	// sets the real deadlines, and lifts them once the body is in, so that
+	// long polls are not cut short. No WriteTimeout: it would cut them short.
 	s.http = &http.Server{
-		Handler:           h,
+		Handler:           bodyDeadline(h, s.cfg.HTTP.BodyTimeout),
 		ReadHeaderTimeout: s.cfg.HTTP.HeaderTimeout,
+		ReadTimeout:       s.cfg.HTTP.HeaderTimeout + s.cfg.HTTP.BodyTimeout,
 		IdleTimeout:       s.cfg.HTTP.IdleTimeout,
 		MaxHeaderBytes:    s.cfg.HTTP.MaxHeaderBytes,
 		ConnState: func(_ net.Conn, st http.ConnState) {
@@ -890,4 +897,37 @@ func (s *Server) watchStore() {
 			}
 		}
 	}
+}
+
+// bodyDeadline gives a request's body BodyTimeout to arrive, and lifts the
+// connection's read deadline once it has (or at once when there is none), so
+// that a handler may then wait as long as it likes: the server's watch for a
+// client that hangs up reads on with no deadline.
+func bodyDeadline(h http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if r.Body == nil || r.Body == http.NoBody {
+			_ = rc.SetReadDeadline(time.Time{})
+		} else {
+			_ = rc.SetReadDeadline(time.Now().Add(timeout))
+			r.Body = &liftAtEOF{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// liftAtEOF calls lift once, when the body has been read to its end.
+type liftAtEOF struct {
+	io.ReadCloser
+	lift func()
+	done bool
+}
+
+func (b *liftAtEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.lift()
+	}
+	return n, err
 }
