@@ -28,6 +28,13 @@ const (
 	// subject, not one per order: a subject per order would cost the server
 	// memory for each, and an order ID already leads to its command, see OrderID.)
 	CommandSubject = "orders.commands.create"
+	// ReplaySubject is where `orderly dlq replay` publishes a dead-lettered
+	// command again, with HeaderReplayOf naming the sequence its order ID was
+	// made of. Only the operator may publish here (internal/natsauth).
+	ReplaySubject = "orders.commands.replay"
+	// CommandSubjects matches every command: the command stream's subjects and
+	// the processors' filter.
+	CommandSubjects = "orders.commands.>"
 	// DeadLetterSubject is where dead-lettered commands go, with the header
 	// reason_poisoned saying why.
 	DeadLetterSubject = "orders.dlq.create"
@@ -38,6 +45,10 @@ const (
 	// EventSubjects matches every event.
 	EventSubjects = "orders.events.>"
 )
+
+// HeaderReplayOf, on a command of ReplaySubject, is the ORDER_COMMANDS
+// sequence of the original command: the order keeps the ID it was given.
+const HeaderReplayOf = "Orderly-Replay-Of"
 
 // Kind is the second-to-last token of an event subject: what happened to the order.
 type Kind string

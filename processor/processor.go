@@ -60,6 +60,10 @@ type Delivery struct {
 	// Seq is the command's sequence in ORDER_COMMANDS; with the nonce it makes
 	// the order ID.
 	Seq uint64
+	// OrderSeq, when not 0, is the sequence the order ID is made of instead of
+	// Seq: a replayed command's original (events.HeaderReplayOf), so that the
+	// order keeps its ID and the exactly-once rules hold across the replay.
+	OrderSeq uint64
 	// Delivered counts the deliveries of the command, 1 the first time.
 	Delivered int
 }
@@ -188,5 +192,9 @@ func decodeCommand(d Delivery) (events.CreateOrder, string, error) {
 	if err := errors.Join(errs...); err != nil {
 		return cmd, "", err
 	}
-	return cmd, events.OrderID(d.Seq, cmd.Nonce), nil
+	seq := d.Seq
+	if d.OrderSeq != 0 {
+		seq = d.OrderSeq
+	}
+	return cmd, events.OrderID(seq, cmd.Nonce), nil
 }

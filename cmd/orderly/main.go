@@ -38,6 +38,8 @@ type CLI struct {
 	Credentials CredentialsCmd `cmd:"" help:"Create the NATS users' credentials and the nats-server configuration that declares them."`
 	Events      EventsCmd      `cmd:"" help:"Read the order events: tail."`
 	Projections ProjectionsCmd `cmd:"" help:"Operate the read models: rebuild."`
+	DLQ         DLQCmd         `cmd:"" name:"dlq" help:"Inspect and replay dead-lettered commands: list, replay."`
+	Keys        KeysCmd        `cmd:"" help:"Inspect and free idempotency keys: get, evict."`
 	Check       CheckCmd       `cmd:"" help:"Run a fault-finding workload against an orderly and verify that nothing was lost or duplicated; exits 1 on any violation."`
 	Bench       BenchCmd       `cmd:"" help:"Load an orderly API over HTTP and report throughput and latency; --baseline adds the ceiling and the raw JetStream rate."`
 	Version     VersionCmd     `cmd:"" help:"Print the version."`

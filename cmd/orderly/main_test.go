@@ -185,3 +185,53 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 		t.Errorf("a token was printed:\n%s", out.String())
 	}
 }
+
+// TestOperatorTools runs orderly keys and orderly dlq against a running
+// orderly serve, with the operator's key it wrote.
+func TestOperatorTools(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	args, url := serveArgs(t, dir)
+	p := &orderlytest.Process{T: t, Bin: bin, Args: args, URL: url}
+	p.Start()
+	t.Cleanup(p.Kill9)
+	var natsListen string
+	for i, a := range args {
+		if a == "--nats-listen" {
+			natsListen = args[i+1]
+		}
+	}
+	tool := func(args ...string) (string, error) {
+		args = append(args, "--nats-url", "nats://"+natsListen, "--nats-nkey", filepath.Join(dir, "credentials", "operator.nk"))
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		return string(out), err
+	}
+	r := orderlytest.Do(t, http.MethodPost, url+"/v1/orders", orderlytest.Order("c-1"), "Content-Type: application/json", "Idempotency-Key: tool-1")
+	if r.Status != http.StatusCreated {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	id, _ := r.JSON(t)["id"].(string)
+	var out string
+	orderlytest.Eventually(t, 10*time.Second, "keys get to show the stored response", func() bool {
+		out, _ = tool("keys", "get", "tool-1")
+		return strings.Contains(out, "state:") && strings.Contains(out, "completed")
+	})
+	for _, want := range []string{id, "(created)", "response:", "201", "expires:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("keys get does not show %q:\n%s", want, out)
+		}
+	}
+	if out, err := tool("keys", "evict", "tool-1", "--yes"); err == nil || !strings.Contains(out, "stored response") {
+		t.Errorf("keys evict of a completed key: %v\n%s", err, out)
+	}
+	if out, err := tool("keys", "get", "never-used"); err != nil || !strings.Contains(out, "none") {
+		t.Errorf("keys get of an unused key: %v\n%s", err, out)
+	}
+	if out, err := tool("dlq", "list"); err != nil || !strings.Contains(out, "no dead letters") {
+		t.Errorf("dlq list: %v\n%s", err, out)
+	}
+	if out, err := tool("dlq", "replay"); err == nil || !strings.Contains(out, "--all") {
+		t.Errorf("dlq replay without arguments: %v\n%s", err, out)
+	}
+}

@@ -105,6 +105,34 @@ func (r *Results) Save(ctx context.Context, key string, rec idempotency.Record) 
 	return err
 }
 
+// Revision is the record of key with its revision in the bucket; ok is false
+// when the key has none.
+func (r *Results) Revision(ctx context.Context, key string) (rec idempotency.Record, revision uint64, ok bool, err error) {
+	e, err := r.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return idempotency.Record{}, 0, false, nil
+	}
+	if err != nil {
+		return idempotency.Record{}, 0, false, storeErr(err)
+	}
+	rec, ok, err = decodeEntry(e)
+	return rec, e.Revision(), ok, err
+}
+
+// ErrChanged says that a key changed since its revision was read.
+var ErrChanged = errors.New("the key changed since it was read")
+
+// Evict deletes key if its record is still at revision (a processor that
+// decides the order in between wins), so that the next request with the key
+// is processed as new. It wraps ErrChanged when the key moved on.
+func (r *Results) Evict(ctx context.Context, key string, revision uint64) error {
+	err := r.kv.Delete(ctx, key, jetstream.LastRevision(revision))
+	if IsWrongLastSequence(err) {
+		return fmt.Errorf("evict %s: %w", key, ErrChanged)
+	}
+	return err
+}
+
 // Purge removes key and its history.
 func (r *Results) Purge(ctx context.Context, key string) error {
 	return r.kv.Purge(ctx, key)

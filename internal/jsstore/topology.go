@@ -117,7 +117,7 @@ func (t Topology) CommandStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        events.CommandStream,
 		Description: "orderly CreateOrder commands; Nats-Msg-Id is the hashed tenant-scoped idempotency key",
-		Subjects:    []string{events.CommandSubject},
+		Subjects:    []string{events.CommandSubjects},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      t.CommandRetention,
 		Duplicates:  t.DedupWindow,
@@ -208,7 +208,7 @@ func (t Topology) ResultsStreamConfig() jetstream.StreamConfig {
 // never gives up on a command by itself: the processor's pipeline decides
 // when a command is poison, and acks it only once it is dead-lettered.
 func (t Topology) ProcessorConsumerConfig() jetstream.ConsumerConfig {
-	return t.consumer(ProcessorConsumer, "orderly processors: CreateOrder -> OrderCreated | OrderRejected", events.CommandSubject)
+	return t.consumer(ProcessorConsumer, "orderly processors: CreateOrder -> OrderCreated | OrderRejected", events.CommandSubjects)
 }
 
 // ProjectorConsumerConfig is the durable consumer the projectors share. It never

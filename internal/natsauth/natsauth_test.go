@@ -258,6 +258,7 @@ func TestEachUserMayDoItsJobAndNothingElse(t *testing.T) {
 			return err
 		})
 		c.refused(t, "publish an event", event, publish(c, event))
+		c.refused(t, "replay a command under another order's ID", events.ReplaySubject, publish(c, events.ReplaySubject))
 		c.refused(t, "write a result", kvPut, putResult(c))
 		c.refused(t, "delete ORDER_EVENTS", "STREAM.DELETE."+evs, deleteStream(c, evs))
 		c.refused(t, "redirect the processor's consumer", "CONSUMER.CREATE."+commands+"."+jsstore.ProcessorConsumer, redirect(c, commands, jsstore.ProcessorConsumer))
@@ -328,6 +329,7 @@ func TestEachUserMayDoItsJobAndNothingElse(t *testing.T) {
 			return s.Purge(ctx)
 		})
 		c.allowed(t, "publish a command", publish(c, events.CommandSubject))
+		c.allowed(t, "replay a command", publish(c, events.ReplaySubject))
 	})
 }
 

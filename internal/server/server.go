@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -549,7 +550,15 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 		return err
 	}
 	delivery := func(d *pipeline.Delivery) processor.Delivery {
-		return processor.Delivery{Data: d.Data, Seq: d.Seq, Delivered: d.Delivered}
+		pd := processor.Delivery{Data: d.Data, Seq: d.Seq, Delivered: d.Delivered}
+		// Only the operator may publish on the replay subject (natsauth), so
+		// only there is the header trusted.
+		if d.Subject == events.ReplaySubject {
+			if seq, err := strconv.ParseUint(d.Header.Get(events.HeaderReplayOf), 10, 64); err == nil && seq > 0 && seq < d.Seq {
+				pd.OrderSeq = seq
+			}
+		}
+		return pd
 	}
 	return s.run(ctx, js, s.cfg.Processor, pipeline.Handler{
 		Handle: func(ctx context.Context, d *pipeline.Delivery) error { return h.Handle(ctx, delivery(d)) },

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/admin"
+)
+
+// DLQCmd groups the dead-letter tools.
+type DLQCmd struct {
+	List   DLQListCmd   `cmd:"" help:"List the dead-lettered commands of ORDER_COMMANDS_DLQ: why each failed, its order and what the order is now."`
+	Replay DLQReplayCmd `cmd:"" help:"Send dead-lettered commands to the processors again, under their original order IDs (once the cause is fixed). An order already decided stays decided: a replay never makes a second order. A replayed dead letter is deleted once its order is decided."`
+}
+
+// DLQListCmd is orderly dlq list.
+type DLQListCmd struct {
+	ToolNATS
+	JSON bool `name:"json" help:"Print one JSON object per dead letter."`
+}
+
+// Run lists.
+func (c *DLQListCmd) Run(g *globals) error {
+	js, closeNC, err := c.connectJS("orderly-dlq")
+	if err != nil {
+		return err
+	}
+	defer closeNC()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	n := 0
+	err = admin.DeadLetters(g.ctx, js, func(d admin.DeadLetter) error {
+		n++
+		if c.JSON {
+			return json.NewEncoder(os.Stdout).Encode(d)
+		}
+		if n == 1 {
+			fmt.Fprintln(tw, "SEQ\tDEAD-LETTERED\tORDER\tTENANT\tNOW\tREASON")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", d.Seq, d.Time.UTC().Format(time.RFC3339), orNone(d.OrderID), orNone(d.Tenant), d.Decision, d.Reason)
+		return nil
+	})
+	_ = tw.Flush()
+	if err != nil {
+		return err
+	}
+	if n == 0 && !c.JSON {
+		fmt.Fprintln(os.Stderr, "no dead letters")
+	}
+	return nil
+}
+
+// DLQReplayCmd is orderly dlq replay.
+type DLQReplayCmd struct {
+	ToolNATS
+	Seqs []uint64      `arg:"" optional:"" name:"seq" help:"Sequences in ORDER_COMMANDS_DLQ (orderly dlq list shows them)."`
+	All  bool          `name:"all" help:"Replay every dead letter."`
+	Wait time.Duration `name:"wait" default:"30s" help:"How long to wait for each replayed order's decision (0: do not wait, and keep the dead letter)."`
+	Keep bool          `name:"keep" help:"Keep the dead letters after their orders are decided."`
+	JSON bool          `name:"json" help:"Print one JSON object per replay."`
+}
+
+// Run replays.
+func (c *DLQReplayCmd) Run(g *globals) error {
+	if c.All == (len(c.Seqs) > 0) {
+		return errors.New("give the sequences to replay, or --all (not both)")
+	}
+	js, closeNC, err := c.connectJS("orderly-dlq")
+	if err != nil {
+		return err
+	}
+	defer closeNC()
+	var todo []admin.DeadLetter
+	if c.All {
+		err = admin.DeadLetters(g.ctx, js, func(d admin.DeadLetter) error { todo = append(todo, d); return nil })
+	} else {
+		for _, seq := range c.Seqs {
+			d, err := admin.DeadLetterAt(g.ctx, js, seq)
+			if err != nil {
+				return err
+			}
+			todo = append(todo, d)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for i, d := range todo {
+		fmt.Fprintf(os.Stderr, "[%d/%d] dead letter %d (order %s)\n", i+1, len(todo), d.Seq, orNone(d.OrderID))
+		res, err := admin.Replay(g.ctx, js, d, admin.ReplayOptions{Wait: c.Wait, Keep: c.Keep || c.Wait == 0})
+		if err != nil {
+			failed++
+			fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
+			continue
+		}
+		g.logger.Info("dead letter replayed", "seq", d.Seq, "order_id", d.OrderID, "outcome", res.Outcome, "decision", res.Decision,
+			"deleted", res.Deleted, "by", operatorName())
+		if c.JSON {
+			_ = json.NewEncoder(os.Stdout).Encode(res)
+		} else {
+			fmt.Printf("%d\t%s\t%s\t%s\n", res.Seq, orNone(res.OrderID), res.Decision, res.Outcome)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d replays failed", failed, len(todo))
+	}
+	return nil
+}
+
+// KeysCmd groups the idempotency-key tools.
+type KeysCmd struct {
+	Get   KeysGetCmd   `cmd:"" help:"Show what an idempotency key holds: pending or completed, its order, the request fingerprint, the stored response and when it expires."`
+	Evict KeysEvictCmd `cmd:"" help:"Free a key stuck pending (its order will never be decided: its command was lost), so that the client's next request with it is processed as new. Refused for a key with a stored response, or whose order is decided or still waiting for a processor."`
+}
+
+// KeyArgs name a key.
+type KeyArgs struct {
+	Key    string `arg:"" help:"The idempotency key as the client sent it (unquoted), or its hash with --hash."`
+	Tenant string `name:"tenant" default:"default" help:"The key's tenant (the tenant of the client's token; 'default' without tokens)."`
+	Hash   bool   `name:"hash" help:"KEY is the key hash (idempotency_key_hash of an event, the key_hash of orderly dlq list), not the key."`
+}
+
+func (k KeyArgs) hash() string {
+	if k.Hash {
+		return k.Key
+	}
+	return idempotency.KeyHash(k.Tenant, k.Key)
+}
+
+// lookUp connects as t and reads the key; close the connection with closeNC.
+func (k KeyArgs) lookUp(g *globals, t ToolNATS) (js jetstream.JetStream, key admin.Key, closeNC func(), err error) {
+	js, closeNC, err = t.connectJS("orderly-keys")
+	if err != nil {
+		return nil, key, nil, err
+	}
+	key, err = admin.LookUp(g.ctx, js, k.hash())
+	if err != nil {
+		closeNC()
+		return nil, key, nil, err
+	}
+	if !k.Hash {
+		key.Tenant = k.Tenant
+	}
+	return js, key, closeNC, nil
+}
+
+// KeysGetCmd is orderly keys get.
+type KeysGetCmd struct {
+	ToolNATS
+	KeyArgs
+	JSON bool `name:"json" help:"Print the key as JSON."`
+}
+
+// Run shows a key.
+func (c *KeysGetCmd) Run(g *globals) error {
+	_, k, closeNC, err := c.lookUp(g, c.ToolNATS)
+	if err != nil {
+		return err
+	}
+	defer closeNC()
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(k)
+	}
+	printKey(os.Stdout, k)
+	return nil
+}
+
+func printKey(w io.Writer, k admin.Key) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "key hash:\t%s\n", k.KeyHash)
+	if !k.Found {
+		fmt.Fprintf(tw, "state:\tnone (never used, expired, or evicted): the next request with the key makes a new order\n")
+		return
+	}
+	fmt.Fprintf(tw, "state:\t%s\n", k.State)
+	fmt.Fprintf(tw, "order:\t%s (%s)\n", k.OrderID, k.Decision)
+	if k.Queued {
+		fmt.Fprintf(tw, "\tits command waits for a processor\n")
+	}
+	fmt.Fprintf(tw, "fingerprint:\t%s\n", k.Fingerprint)
+	fmt.Fprintf(tw, "stored:\t%s\n", k.Stored.UTC().Format(time.RFC3339))
+	if !k.Expires.IsZero() {
+		fmt.Fprintf(tw, "expires:\t%s (in %s)\n", k.Expires.UTC().Format(time.RFC3339), time.Until(k.Expires).Round(time.Second))
+	}
+	if r := k.Response; r != nil {
+		fmt.Fprintf(tw, "response:\t%d %s, Location %s\n", r.Status, r.ContentType, orNone(r.Location))
+		fmt.Fprintf(tw, "body:\t%s\n", r.Body)
+	}
+}
+
+// KeysEvictCmd is orderly keys evict.
+type KeysEvictCmd struct {
+	ToolNATS
+	KeyArgs
+	Yes bool `name:"yes" help:"Evict: without it, only show what would be evicted."`
+}
+
+// Run evicts a key.
+func (c *KeysEvictCmd) Run(g *globals) error {
+	js, k, closeNC, err := c.lookUp(g, c.ToolNATS)
+	if err != nil {
+		return err
+	}
+	defer closeNC()
+	printKey(os.Stderr, k)
+	if err := admin.Evictable(k); err != nil {
+		return fmt.Errorf("not evicted: %w", err)
+	}
+	if !c.Yes {
+		return errors.New("not evicted: run again with --yes to evict this key")
+	}
+	if err := admin.Evict(g.ctx, js, k); err != nil {
+		return fmt.Errorf("not evicted: %w", err)
+	}
+	g.logger.Warn("idempotency key evicted: its next request makes a new order", "key_hash", k.KeyHash, "tenant", c.Tenant,
+		"order_id", k.OrderID, "by", operatorName())
+	return nil
+}
+
+func operatorName() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return "unknown"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
