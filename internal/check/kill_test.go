@@ -50,7 +50,9 @@ func TestKill9MidLoad(t *testing.T) {
 		time.Sleep(at)
 		p.Kill9()
 		time.Sleep(500 * time.Millisecond)
+		restart := time.Now()
 		p.Start()
+		t.Logf("recovery: ready %s after the restart", time.Since(restart).Round(10*time.Millisecond))
 	}
 	res := <-done
 	if res.err != nil {

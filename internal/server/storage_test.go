@@ -147,13 +147,14 @@ func TestFullDiskLosesNoAcceptedOrder(t *testing.T) {
 
 	// Room again: back without a restart.
 	resize(256 << 20)
-	var last orderlytest.Response
-	orderlytest.Eventually(t, 10*time.Second, "readiness once there is room", func() bool { r, ok := readyz(inst.URL); last = r; t.Logf("readyz %s", r.Body); return ok })
-	_ = last
+	roomAt := time.Now()
+	orderlytest.Eventually(t, 10*time.Second, "readiness once there is room", func() bool { _, ok := readyz(inst.URL); return ok })
+	ready := time.Since(roomAt)
 	if r := inst.PostOrder(t, "after-full", orderlytest.Order("c-after"), "Prefer: wait=10"); r.Status != http.StatusCreated {
 		t.Fatalf("a new order once there is room: %d %s", r.Status, r.Body)
 	}
 	decidedOnce(t, inst, accepted)
+	t.Logf("recovery: ready %s after there was room, every accepted order decided %s after", ready.Round(10*time.Millisecond), time.Since(roomAt).Round(10*time.Millisecond))
 }
 
 // TestStoreWriteErrorIsReportedAndSurvivesRestart: a write error below the
@@ -175,12 +176,24 @@ func TestStoreWriteErrorIsReportedAndSurvivesRestart(t *testing.T) {
 	time.Sleep(time.Second)
 	filler := filepath.Join(dir, "filler")
 	fill(t, filler)
+	filled := time.Now()
+	var notReadyAfter time.Duration
+	go func() {
+		for time.Since(filled) < 30*time.Second {
+			if _, ok := readyz(inst.URL); !ok {
+				notReadyAfter = time.Since(filled)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
 	var failure error
 	select {
 	case failure = <-inst.Failed():
 	case <-time.After(30 * time.Second):
 		t.Fatal("a stopped store was not reported")
 	}
+	failedAfter := time.Since(filled)
 	if r, ok := readyz(inst.URL); ok || !bytes.Contains(r.Body, []byte("Critical write error")) {
 		t.Fatalf("/readyz with a stopped store: %d %s", r.Status, r.Body)
 	}
@@ -198,11 +211,15 @@ func TestStoreWriteErrorIsReportedAndSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst.Stop(t)
+	restart := time.Now()
 	again := orderlytest.Start(t, cfg)
 	if _, ok := readyz(again.URL); !ok {
 		t.Fatal("not ready after the restart")
 	}
+	readyAfter := time.Since(restart)
 	decidedOnce(t, again, accepted)
+	t.Logf("recovery: not ready %s after the disk filled, liveness failed %s after (grace %s); ready %s after the restart, every accepted order decided %s after",
+		notReadyAfter.Round(10*time.Millisecond), failedAfter.Round(10*time.Millisecond), cfg.StoreFaultGrace, readyAfter.Round(10*time.Millisecond), time.Since(restart).Round(10*time.Millisecond))
 }
 
 // fill writes path until the file system is full.
