@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/admin"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/schollz/progressbar/v3"
 )
 
 // DLQCmd groups the dead-letter tools.
@@ -240,4 +242,79 @@ func orNone(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// BackupCmd is orderly backup.
+type BackupCmd struct {
+	ToolNATS
+	Dir string `arg:"" type:"path" help:"New directory for the backup (one subdirectory per stream, and orderly-backup.json)."`
+}
+
+// Run backs up.
+func (c *BackupCmd) Run(g *globals) error {
+	nc, err := jsstore.Dial(c.NATSURL, c.creds(), "orderly-backup")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	bars := newStreamBars()
+	m, err := admin.Backup(g.ctx, nc, c.Dir, bars.update)
+	bars.finish()
+	if err != nil {
+		return err
+	}
+	for _, s := range m.Streams {
+		fmt.Fprintf(os.Stderr, "%-20s %10d messages %12d bytes, sequences %d-%d\n", s.Name, s.Messages, s.Bytes, s.FirstSeq, s.LastSeq)
+	}
+	g.logger.Info("backup written", "dir", c.Dir, "taken", m.Taken)
+	return nil
+}
+
+// RestoreCmd is orderly restore.
+type RestoreCmd struct {
+	ToolNATS
+	Dir string `arg:"" type:"path" existingdir:"" help:"Directory of a backup made by orderly backup."`
+}
+
+// Run restores.
+func (c *RestoreCmd) Run(g *globals) error {
+	nc, err := jsstore.Dial(c.NATSURL, c.creds(), "orderly-restore")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	bars := newStreamBars()
+	m, err := admin.Restore(g.ctx, nc, c.Dir, bars.update)
+	bars.finish()
+	if err != nil {
+		return err
+	}
+	g.logger.Info("backup restored; restart orderly's processes", "dir", c.Dir, "taken", m.Taken, "streams", len(m.Streams))
+	return nil
+}
+
+// streamBars shows one progress bar per stream on stderr.
+type streamBars struct {
+	name string
+	bar  *progressbar.ProgressBar
+}
+
+func newStreamBars() *streamBars { return &streamBars{} }
+
+func (b *streamBars) update(stream string, done, total uint64) {
+	if stream != b.name {
+		b.finish()
+		b.name = stream
+		b.bar = progressbar.NewOptions64(int64(max(total, 1)), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(fmt.Sprintf("%-20s", stream)),
+			progressbar.OptionShowBytes(true), progressbar.OptionThrottle(200*time.Millisecond))
+	}
+	_ = b.bar.Set64(int64(min(done, max(total, 1))))
+}
+
+func (b *streamBars) finish() {
+	if b.bar != nil {
+		_ = b.bar.Finish()
+		fmt.Fprintln(os.Stderr)
+		b.bar = nil
+	}
 }

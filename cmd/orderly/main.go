@@ -6,10 +6,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/alecthomas/kong"
 )
@@ -38,11 +44,15 @@ type CLI struct {
 	Credentials CredentialsCmd `cmd:"" help:"Create the NATS users' credentials and the nats-server configuration that declares them."`
 	Events      EventsCmd      `cmd:"" help:"Read the order events: tail."`
 	Projections ProjectionsCmd `cmd:"" help:"Operate the read models: rebuild."`
+	Status      StatusCmd      `cmd:"" help:"Show orderly's streams on NATS: messages, bytes, replicas, the leader and the replicas that are not current, and the backlog of the processors' and projectors' consumers."`
 	DLQ         DLQCmd         `cmd:"" name:"dlq" help:"Inspect and replay dead-lettered commands: list, replay."`
 	Keys        KeysCmd        `cmd:"" help:"Inspect and free idempotency keys: get, evict."`
+	Backup      BackupCmd      `cmd:"" help:"Back up orderly's streams and their consumers (JetStream snapshots, checked as they are taken) into a new directory; safe while orderly runs."`
+	Restore     RestoreCmd     `cmd:"" help:"Restore a backup into a NATS whose orderly streams are missing or empty (a fresh cluster, after orderly setup), with sequences, timestamps and consumer positions as they were; then restart orderly's processes."`
 	Check       CheckCmd       `cmd:"" help:"Run a fault-finding workload against an orderly and verify that nothing was lost or duplicated; exits 1 on any violation."`
 	Bench       BenchCmd       `cmd:"" help:"Load an orderly API over HTTP and report throughput and latency; --baseline adds the ceiling and the raw JetStream rate."`
 	Version     VersionCmd     `cmd:"" help:"Print the version."`
+	Healthcheck HealthcheckCmd `cmd:"" help:"Exit 0 when an orderly process is ready (GET /readyz answers 200), 1 otherwise: the probe for container healthchecks, since the image has no shell tools."`
 
 	BenchCeilingServer CeilingServerCmd `cmd:"" name:"bench-ceiling-server" hidden:"" help:"Serve the bare gin ceiling handler (used by bench --baseline)."`
 }
@@ -86,6 +96,59 @@ type VersionCmd struct{}
 
 // Run prints the version.
 func (VersionCmd) Run() error {
-	fmt.Println("orderly", version)
+	v, c := buildVersion()
+	fmt.Printf("orderly %s (commit %s, %s)\n", v, c, runtime.Version())
+	return nil
+}
+
+// commit is set at build time with -ldflags "-X main.commit=...".
+var commit = ""
+
+// buildVersion is the version and commit stamped at build time, or, for a
+// plain go build in a git checkout, the commit Go recorded.
+func buildVersion() (v, c string) {
+	v, c = version, commit
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && c == "" {
+				c = s.Value
+			}
+			if s.Key == "vcs.modified" && s.Value == "true" && commit == "" {
+				c += "-dirty"
+			}
+		}
+		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+	}
+	if c == "" {
+		c = "unknown"
+	}
+	return v, c
+}
+
+// HealthcheckCmd is orderly healthcheck.
+type HealthcheckCmd struct {
+	URL     string        `name:"url" env:"ORDERLY_HEALTHCHECK_URL" default:"http://127.0.0.1:8080/readyz" help:"What to probe: /readyz (ready to work) or /healthz (alive)."`
+	Timeout time.Duration `name:"timeout" default:"3s" help:"How long to wait for the answer."`
+}
+
+// Run probes.
+func (c *HealthcheckCmd) Run(g *globals) error {
+	ctx, cancel := context.WithTimeout(g.ctx, c.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("unhealthy: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("unhealthy: %s answered %d: %s", c.URL, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
 	return nil
 }

@@ -188,6 +188,8 @@ func runServer(g *globals, cfg server.Config, memoryLimit string) error {
 		}
 		debug.SetMemoryLimit(n)
 	}
+	cfg.Version, cfg.Commit = buildVersion()
+	g.logger.Info("orderly starting", "version", cfg.Version, "commit", cfg.Commit)
 	s, err := server.Start(g.ctx, cfg, g.logger)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,6 +115,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// HTTP bounds what clients may hold of the HTTP server.
 	HTTP HTTPLimits
+	// Version and Commit label orderly_build_info, so that a rolling upgrade
+	// can be followed in the metrics.
+	Version, Commit string
 	// PprofAddr, when set, serves net/http/pprof there (never on the API's port).
 	PprofAddr string
 	// BatchWrites groups concurrent writes to a stream into atomic batches
@@ -274,6 +278,10 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		}
 	}()
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderly_build_info", Help: "Always 1; its labels name the running build."},
+		[]string{"version", "commit", "goversion"})
+	build.WithLabelValues(cfg.Version, cfg.Commit, runtime.Version()).Set(1)
+	s.registry.MustRegister(build)
 	if cfg.PprofAddr != "" {
 		if err := s.startPprof(cfg.PprofAddr); err != nil {
 			return nil, err

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+)
+
+// StatusCmd is orderly status.
+type StatusCmd struct {
+	ToolNATS
+	Leader string `name:"leader" placeholder:"STREAM" help:"Print only the server that leads STREAM (ORDER_COMMANDS, ORDER_EVENTS, ORDER_COMMANDS_DLQ or KV_ORDER_RESULTS), for scripts."`
+	JSON   bool   `name:"json" help:"Print the status as JSON."`
+}
+
+// streamStatus is one stream's line.
+type streamStatus struct {
+	Stream    string   `json:"stream"`
+	Messages  uint64   `json:"messages"`
+	Bytes     uint64   `json:"bytes"`
+	Replicas  int      `json:"replicas"`
+	Leader    string   `json:"leader,omitempty"`
+	Lagging   []string `json:"lagging,omitempty"`
+	Offline   []string `json:"offline,omitempty"`
+	Consumer  string   `json:"consumer,omitempty"`
+	Pending   uint64   `json:"pending,omitempty"`
+	InFlight  int      `json:"in_flight,omitempty"`
+	Redeliver int      `json:"redelivered,omitempty"`
+}
+
+// Run prints the streams' state.
+func (c *StatusCmd) Run(g *globals) error {
+	js, closeNC, err := c.connectJS("orderly-status")
+	if err != nil {
+		return err
+	}
+	defer closeNC()
+	consumers := map[string]string{events.CommandStream: jsstore.ProcessorConsumer, events.EventStream: jsstore.ProjectorConsumer}
+	var out []streamStatus
+	for _, name := range []string{events.CommandStream, events.EventStream, events.DeadLetterStream, jsstore.ResultsStream} {
+		s, err := js.Stream(g.ctx, name)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+		info := s.CachedInfo()
+		st := streamStatus{Stream: name, Messages: info.State.Msgs, Bytes: info.State.Bytes, Replicas: info.Config.Replicas}
+		if cl := info.Cluster; cl != nil {
+			st.Leader = cl.Leader
+			for _, p := range cl.Replicas {
+				switch {
+				case p.Offline:
+					st.Offline = append(st.Offline, p.Name)
+				case !p.Current:
+					st.Lagging = append(st.Lagging, p.Name)
+				}
+			}
+		}
+		if name == c.Leader {
+			if st.Leader == "" {
+				return fmt.Errorf("%s has no leader now (a single server, or an election)", name)
+			}
+			fmt.Println(st.Leader)
+			return nil
+		}
+		if durable, ok := consumers[name]; ok {
+			cons, err := s.Consumer(g.ctx, durable)
+			if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return err
+			}
+			if err == nil {
+				ci := cons.CachedInfo()
+				st.Consumer, st.Pending, st.InFlight, st.Redeliver = durable, ci.NumPending, ci.NumAckPending, ci.NumRedelivered
+			}
+		}
+		out = append(out, st)
+	}
+	if c.Leader != "" {
+		return fmt.Errorf("unknown stream %q", c.Leader)
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STREAM\tMESSAGES\tBYTES\tREPLICAS\tLEADER\tNOT CURRENT\tCONSUMER\tPENDING\tIN FLIGHT\tREDELIVERED")
+	for _, st := range out {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\n", st.Stream, st.Messages, st.Bytes, st.Replicas, orNone(st.Leader),
+			orNone(strings.Join(append(st.Lagging, st.Offline...), ",")), orNone(st.Consumer), st.Pending, st.InFlight, st.Redeliver)
+	}
+	return tw.Flush()
+}
