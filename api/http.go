@@ -21,6 +21,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/app"
@@ -42,6 +43,10 @@ type Config struct {
 	// Tokens maps bearer tokens to tenants. Empty: no authentication, and every
 	// request belongs to DefaultTenant.
 	Tokens map[string]string
+	// Tracer, when set, starts a server span per request, the child of the
+	// request's traceparent when it has one; the span's context travels with
+	// the command (internal/tracing).
+	Tracer trace.Tracer
 }
 
 // DefaultConfig is the configuration of the standalone API.
@@ -133,7 +138,7 @@ func NewHandler(cfg Config, svc Service, ops http.Handler, reg prometheus.Regist
 	// answer 404 problem+json instead of a redirect with an HTML body.
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
-	r.Use(h.observe, h.recover)
+	r.Use(h.observe, h.trace, h.recover)
 
 	v1 := r.Group("/v1", h.authenticate)
 	v1.POST("/orders", h.createOrder)
@@ -165,7 +170,7 @@ func (h *handlers) recover(c *gin.Context) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			h.logger.Error("panic in handler", "path", c.Request.URL.Path, "panic", v)
+			h.logger.ErrorContext(c.Request.Context(), "panic in handler", "path", c.Request.URL.Path, "panic", v)
 			writeProblem(c, problem.New(http.StatusInternalServerError, problem.CodeInternal, "Internal error", "an unexpected error occurred"))
 			c.Abort()
 		}

@@ -7,8 +7,13 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderly-dev/orderly/internal/app"
+	"github.com/orderly-dev/orderly/internal/tracing"
 )
 
 type httpMetrics struct {
@@ -78,4 +83,26 @@ func (m *httpMetrics) outcome(out app.Outcome) {
 		o = "in_progress"
 	}
 	m.outcomes.WithLabelValues(o, strconv.FormatBool(out.Replayed)).Inc()
+}
+
+// trace starts the request's server span (see Config.Tracer).
+func (h *handlers) trace(c *gin.Context) {
+	if h.cfg.Tracer == nil {
+		return
+	}
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	ctx := tracing.Extract(c.Request.Context(), propagation.HeaderCarrier(c.Request.Header))
+	ctx, span := h.cfg.Tracer.Start(ctx, methodLabel(c.Request.Method)+" "+route, trace.WithSpanKind(trace.SpanKindServer))
+	c.Request = c.Request.WithContext(ctx)
+	c.Next()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("http.route", route), attribute.Int("http.response.status_code", c.Writer.Status()))
+		if c.Writer.Status() >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(c.Writer.Status()))
+		}
+	}
+	span.End()
 }

@@ -269,7 +269,7 @@ func (h *handlers) writeError(c *gin.Context, err error) {
 	var reused *app.KeyReusedError
 	switch {
 	case c.Request.Context().Err() != nil:
-		h.logger.Debug("request abandoned by the client", "err", err)
+		h.logger.DebugContext(c.Request.Context(), "request abandoned by the client", "err", err)
 		writeProblem(c, problem.New(StatusClientClosedRequest, problem.CodeUnavailable, "Client closed request", "the client went away"))
 	case errors.As(err, &reused):
 		p := problem.New(http.StatusUnprocessableEntity, problem.CodeKeyReused, "Idempotency key reused",
@@ -279,17 +279,17 @@ func (h *handlers) writeError(c *gin.Context, err error) {
 	case errors.Is(err, app.ErrNotFound):
 		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Order not found", "no order with this id"))
 	case errors.Is(err, app.ErrOutcomeUnknown):
-		h.logger.Warn("command outcome unknown", "err", err)
+		h.logger.WarnContext(c.Request.Context(), "command outcome unknown", "err", err)
 		c.Header("Retry-After", retryAfter)
 		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnknown, "Outcome unknown",
 			"the order store did not confirm the order in time; it may have been accepted: retry with the same idempotency key to learn the outcome"))
 	case errors.Is(err, app.ErrUnavailable):
-		h.logger.Warn("order store unavailable", "err", err)
+		h.logger.WarnContext(c.Request.Context(), "order store unavailable", "err", err)
 		c.Header("Retry-After", retryAfter)
 		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "Service unavailable",
 			"the order store is unavailable and nothing was stored; retry with the same idempotency key"))
 	default:
-		h.logger.Error("request failed", "path", c.Request.URL.Path, "err", err)
+		h.logger.ErrorContext(c.Request.Context(), "request failed", "path", c.Request.URL.Path, "err", err)
 		writeProblem(c, problem.New(http.StatusInternalServerError, problem.CodeInternal, "Internal error", "an unexpected error occurred"))
 	}
 }

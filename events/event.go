@@ -46,6 +46,11 @@ type Event[T any] struct {
 	Time time.Time `json:"time"`
 	// DataContentType is always "application/json".
 	DataContentType string `json:"datacontenttype"`
+	// TraceParent and TraceState are the CloudEvents distributed-tracing
+	// extension: the W3C trace context of the request that made the order,
+	// so that a consumer can continue its trace. Optional.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 	// Data is the event payload.
 	Data T `json:"data"`
 }

@@ -76,4 +76,8 @@ type CreateOrder struct {
 	AcceptedAt time.Time `json:"accepted_at"`
 	// Request is the decoded order.
 	Request OrderRequest `json:"request"`
+	// TraceParent and TraceState are the W3C trace context of the request
+	// (also in the message's headers); the events of the order carry them on.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }

@@ -36,6 +36,7 @@ func Decide(cmd events.CreateOrder, orderID string, now time.Time) (events.Kind,
 		AcceptedAt:         cmd.AcceptedAt.UTC(),
 		CreatedAt:          now.UTC(),
 	})
+	e.TraceParent, e.TraceState = cmd.TraceParent, cmd.TraceState
 	return events.KindCreated, encode(e)
 }
 
@@ -52,6 +53,7 @@ func reject(cmd events.CreateOrder, orderID string, now time.Time, reason, dupli
 		AcceptedAt:         cmd.AcceptedAt.UTC(),
 		RejectedAt:         now.UTC(),
 	})
+	e.TraceParent, e.TraceState = cmd.TraceParent, cmd.TraceState
 	return events.KindRejected, encode(e)
 }
 

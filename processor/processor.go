@@ -166,7 +166,7 @@ func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
 		return fmt.Errorf("store %s event of %s: %w", kind, orderID, err)
 	}
 	h.decided.WithLabelValues(string(kind)).Inc()
-	h.logger.Error("order rejected as processing_failed", "order_id", orderID, "cause", cause)
+	h.logger.ErrorContext(ctx, "order rejected as processing_failed", "order_id", orderID, "cause", cause)
 	return nil
 }
 

@@ -127,12 +127,12 @@ func NewProjector(cfg ProjectorConfig, results ResultWriter, reg prometheus.Regi
 func (p *Projector) Handle(ctx context.Context, data []byte) error {
 	proj, err := Project(data)
 	if errors.Is(err, ErrUnknownType) {
-		p.logger.Debug("event type not projected", "err", err)
+		p.logger.DebugContext(ctx, "event type not projected", "err", err)
 		p.skipped.WithLabelValues("unknown_type").Inc()
 		return nil
 	}
 	if err != nil {
-		p.logger.Error("event cannot be projected; acked without projection", "err", err)
+		p.logger.ErrorContext(ctx, "event cannot be projected; acked without projection", "err", err)
 		p.skipped.WithLabelValues("undecodable").Inc()
 		return nil
 	}

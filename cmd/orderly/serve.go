@@ -77,6 +77,8 @@ type OrderFlags struct {
 	MemoryLimit     string        `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" help:"Soft limit of the Go heap, such as 400MiB: the garbage collector works harder to stay under it (see docs/performance.md). Empty: the Go default (GOMEMLIMIT)."`
 	PprofAddr       string        `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof) on this address, such as 127.0.0.1:6060; empty: off."`
 	Concurrency     int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"32" help:"Commands one processor handles at once."`
+	OTLPEndpoint    string        `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
+	TraceRatio      float64       `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
 	ProjConcurrency int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"16" help:"Events one projector handles at once."`
 }
 
@@ -167,6 +169,7 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	cfg.HTTP = server.HTTPLimits{HeaderTimeout: c.HeaderTimeout, BodyTimeout: c.BodyTimeout, IdleTimeout: c.IdleTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxConns: c.MaxConns}
 	cfg.Hub.CacheSize = c.ResultCache
 	cfg.PprofAddr = c.PprofAddr
+	cfg.Tracing.Endpoint, cfg.Tracing.SampleRatio = c.OTLPEndpoint, c.TraceRatio
 	cfg.BatchWrites = c.BatchWrites
 	cfg.Processor.Concurrency = c.Concurrency
 	cfg.Projector.Concurrency = c.ProjConcurrency

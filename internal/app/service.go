@@ -306,7 +306,7 @@ func (s *Service) publish(ctx context.Context, cmd events.CreateOrder) (seq uint
 		if !notStored(err) {
 			sent = true
 		}
-		s.logger.Debug("publish attempt failed", "attempt", n, "expired", expired, "err", err)
+		s.logger.DebugContext(ctx, "publish attempt failed", "attempt", n, "expired", expired, "err", err)
 		if !temporary(err) && !expired {
 			return 0, false, s.publishFailed(sent, err)
 		}

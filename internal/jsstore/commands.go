@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/tracing"
 )
 
 // Commands is ORDER_COMMANDS as the API uses it. It is safe for concurrent use.
@@ -39,11 +40,17 @@ func (c *Commands) Publish(ctx context.Context, cmd events.CreateOrder) (seq uin
 }
 
 func (c *Commands) publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate bool, err error) {
+	// The trace context of the request travels in the command (for its events)
+	// and in the headers (for whoever reads the stream).
+	if cmd.TraceParent == "" {
+		cmd.TraceParent, cmd.TraceState = tracing.TraceParent(ctx)
+	}
 	data, err := gojson.Marshal(cmd)
 	if err != nil {
 		return 0, false, err
 	}
-	msg := &nats.Msg{Subject: events.CommandSubject, Data: data}
+	msg := &nats.Msg{Subject: events.CommandSubject, Data: data, Header: nats.Header{}}
+	tracing.Inject(ctx, tracing.HeaderCarrier(msg.Header))
 	SetMsgID(msg, cmd.KeyHash)
 	ack, err := c.pub.PublishMsg(ctx, msg)
 	// On a replicated stream a duplicate racing its original is refused while

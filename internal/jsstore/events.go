@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/tracing"
 )
 
 // Events is ORDER_EVENTS. It is safe for concurrent use.
@@ -44,6 +45,7 @@ func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data
 	}
 	SetMsgID(msg, events.EventID(k, orderID))
 	SetExpectLastSubjectSeq(msg, 0, events.OrderSubjects(orderID))
+	tracing.Inject(ctx, tracing.HeaderCarrier(msg.Header))
 	_, err := e.pub.PublishMsg(ctx, msg)
 	if IsWrongLastSequence(err) {
 		return nil

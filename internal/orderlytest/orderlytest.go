@@ -61,9 +61,15 @@ type Instance struct {
 // Start starts orderly with cfg and stops it when the test ends.
 func Start(t testing.TB, cfg server.Config) *Instance {
 	t.Helper()
+	return StartLogged(t, cfg, Logger())
+}
+
+// StartLogged is Start with the process's log going to logger.
+func StartLogged(t testing.TB, cfg server.Config, logger *slog.Logger) *Instance {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := server.Start(ctx, cfg, Logger())
+	s, err := server.Start(ctx, cfg, logger)
 	if err != nil {
 		t.Fatalf("start orderly: %v", err)
 	}

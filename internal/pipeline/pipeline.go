@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/tracing"
 )
 
 // Delivery is one delivery of a message, as a handler sees it.
@@ -258,9 +259,16 @@ func deliveryOf(m *message.Message) *Delivery { return m.Context().Value(deliver
 
 // handle is the innermost watermill handler: one attempt of the Handler.
 func (p *Pipeline) handle(m *message.Message) error {
-	ctx, cancel := context.WithTimeout(m.Context(), p.cfg.Timeout)
+	d := deliveryOf(m)
+	ctx, cancel := context.WithTimeout(d.traced(m.Context()), p.cfg.Timeout)
 	defer cancel()
-	return p.h.Handle(ctx, deliveryOf(m))
+	return p.h.Handle(ctx, d)
+}
+
+// traced is ctx with the trace context of d's headers (W3C traceparent), so
+// that the handler's spans and every log line about d carry d's trace.
+func (d *Delivery) traced(ctx context.Context) context.Context {
+	return tracing.Extract(ctx, tracing.HeaderCarrier(d.Header))
 }
 
 // policy runs attempts of one delivery and settles it (see the package comment).
@@ -292,7 +300,7 @@ func (p *Pipeline) policy(next message.HandlerFunc) message.HandlerFunc {
 				p.giveUp(d, fmt.Errorf("after %d deliveries: %w", d.Delivered, err), &hold)
 				return nil, nil
 			default:
-				p.logger.Warn("handler failed; redelivering later", "seq", d.Seq, "delivered", d.Delivered, "err", err)
+				p.logger.WarnContext(d.traced(context.Background()), "handler failed; redelivering later", "seq", d.Seq, "delivered", d.Delivered, "err", err)
 				p.nak(d, p.cfg.Backoff.Delay(d.Delivered), "retried")
 				return nil, nil
 			}
@@ -306,12 +314,12 @@ func (p *Pipeline) giveUp(d *Delivery, cause error, hold *holding) {
 	for faults := 1; ; faults++ {
 		err := p.deadLetter(d, cause)
 		if err == nil {
-			p.logger.Error("message dead-lettered", "seq", d.Seq, "delivered", d.Delivered, "subject", p.cfg.DeadLetterSubject, "cause", cause)
+			p.logger.ErrorContext(d.traced(context.Background()), "message dead-lettered", "seq", d.Seq, "delivered", d.Delivered, "subject", p.cfg.DeadLetterSubject, "cause", cause)
 			p.ack(d, "dead_lettered")
 			return
 		}
 		if !jsstore.IsUnavailable(err) {
-			p.logger.Error("dead-lettering failed; redelivering later", "seq", d.Seq, "err", err, "cause", cause)
+			p.logger.ErrorContext(d.traced(context.Background()), "dead-lettering failed; redelivering later", "seq", d.Seq, "err", err, "cause", cause)
 			p.nak(d, p.cfg.Backoff.Delay(d.Delivered), "retried")
 			return
 		}
@@ -334,7 +342,7 @@ func (p *Pipeline) deadLetter(d *Delivery, cause error) (err error) {
 		}
 	}()
 	if p.h.GiveUp != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
+		ctx, cancel := context.WithTimeout(d.traced(context.Background()), p.cfg.Timeout)
 		err := p.h.GiveUp(ctx, d, cause)
 		cancel()
 		if err != nil {

@@ -32,6 +32,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/netutil"
 
 	"github.com/orderly-dev/orderly/api"
@@ -44,6 +47,7 @@ import (
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/ops"
 	"github.com/orderly-dev/orderly/internal/pipeline"
+	"github.com/orderly-dev/orderly/internal/tracing"
 	"github.com/orderly-dev/orderly/processor"
 	"github.com/orderly-dev/orderly/projections"
 )
@@ -118,6 +122,9 @@ type Config struct {
 	// Version and Commit label orderly_build_info, so that a rolling upgrade
 	// can be followed in the metrics.
 	Version, Commit string
+	// Tracing exports spans when it has an endpoint; the trace context
+	// travels and is logged either way (internal/tracing).
+	Tracing tracing.Config
 	// PprofAddr, when set, serves net/http/pprof there (never on the API's port).
 	PprofAddr string
 	// BatchWrites groups concurrent writes to a stream into atomic batches
@@ -260,6 +267,8 @@ type Server struct {
 	wg       sync.WaitGroup
 	failed   chan error
 	lock     *datadir.Lock // of the data directory, with the embedded server
+	tracing  *tracing.Provider
+	tracer   trace.Tracer
 	shutOnce sync.Once
 	shutErr  error
 }
@@ -269,6 +278,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
+	logger = slog.New(tracing.LogHandler(logger.Handler()))
 	s := &Server{cfg: cfg, logger: logger, failed: make(chan error, 4), registry: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
@@ -277,6 +287,17 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 			_ = s.Shutdown(sctx)
 		}
 	}()
+	tcfg := cfg.Tracing
+	if tcfg.Service == "" {
+		tcfg.Service = "orderly-" + s.user()
+	}
+	if tcfg.Version == "" {
+		tcfg.Version = cfg.Version
+	}
+	if s.tracing, err = tracing.Start(ctx, tcfg); err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	s.tracer = s.tracing.Tracer("github.com/orderly-dev/orderly")
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderly_build_info", Help: "Always 1; its labels name the running build."},
 		[]string{"version", "commit", "goversion"})
@@ -569,9 +590,17 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 		return pd
 	}
 	return s.run(ctx, js, s.cfg.Processor, pipeline.Handler{
-		Handle: func(ctx context.Context, d *pipeline.Delivery) error { return h.Handle(ctx, delivery(d)) },
+		Handle: func(ctx context.Context, d *pipeline.Delivery) error {
+			ctx, span := s.tracer.Start(ctx, "process CreateOrder", trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithAttributes(attribute.Int64("messaging.message.delivery_count", int64(d.Delivered))))
+			defer span.End()
+			return spanErr(span, h.Handle(ctx, delivery(d)))
+		},
 		GiveUp: func(ctx context.Context, d *pipeline.Delivery, cause error) error {
-			return h.GiveUp(ctx, delivery(d), cause)
+			ctx, span := s.tracer.Start(ctx, "give up CreateOrder", trace.WithSpanKind(trace.SpanKindConsumer))
+			defer span.End()
+			span.RecordError(cause)
+			return spanErr(span, h.GiveUp(ctx, delivery(d), cause))
 		},
 	})
 }
@@ -586,7 +615,11 @@ func (s *Server) startProjector(ctx context.Context, js jetstream.JetStream) err
 		return err
 	}
 	return s.run(ctx, js, s.cfg.Projector, pipeline.Handler{
-		Handle: func(ctx context.Context, d *pipeline.Delivery) error { return p.Handle(ctx, d.Data) },
+		Handle: func(ctx context.Context, d *pipeline.Delivery) error {
+			ctx, span := s.tracer.Start(ctx, "project "+d.Subject, trace.WithSpanKind(trace.SpanKindConsumer))
+			defer span.End()
+			return spanErr(span, p.Handle(ctx, d.Data))
+		},
 	})
 }
 
@@ -627,7 +660,9 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 	if err != nil {
 		return err
 	}
-	handler, err := api.NewHandler(s.cfg.API, svc, opsHandler, s.registry, s.logger)
+	apiCfg := s.cfg.API
+	apiCfg.Tracer = s.tracer
+	handler, err := api.NewHandler(apiCfg, svc, opsHandler, s.registry, s.logger)
 	if err != nil {
 		return err
 	}
@@ -795,6 +830,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
 	}
+	if err := s.tracing.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("tracing: %w", err))
+	}
 	if err := s.lock.Release(); err != nil {
 		errs = append(errs, err)
 	}
@@ -947,4 +985,13 @@ func (b *liftAtEOF) Read(p []byte) (int, error) {
 		b.lift()
 	}
 	return n, err
+}
+
+// spanErr marks span failed with err, and returns err.
+func spanErr(span trace.Span, err error) error {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
 }
