@@ -161,3 +161,33 @@ func write(w http.ResponseWriter, p *problem.Problem) {
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(p.JSON())
 }
+
+// CheckCollector exports the checks as orderly_check_ok{check, kind} (1 ok,
+// 0 failing), running them when Prometheus scrapes, within timeout: an alert
+// on readiness needs no probe of its own.
+func CheckCollector(ready, live []Check, timeout time.Duration) prometheus.Collector {
+	return &checkCollector{ready: ready, live: live, timeout: timeout,
+		desc: prometheus.NewDesc("orderly_check_ok", "Whether a readiness (kind=ready) or liveness (kind=live) check passes now (1) or not (0).",
+			[]string{"check", "kind"}, nil)}
+}
+
+type checkCollector struct {
+	ready, live []Check
+	timeout     time.Duration
+	desc        *prometheus.Desc
+}
+
+func (c *checkCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *checkCollector) Collect(ch chan<- prometheus.Metric) {
+	for kind, checks := range map[string][]Check{"ready": c.ready, "live": c.live} {
+		results, _ := run(context.Background(), c.timeout, checks)
+		for name, result := range results {
+			v := 0.0
+			if result == "ok" {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, name, kind)
+		}
+	}
+}

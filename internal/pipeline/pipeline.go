@@ -174,7 +174,7 @@ func New(cfg Config, js jetstream.JetStream, pub jsstore.Publisher, h Handler, r
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(reg, cfg.Name)
+	m, err := newMetrics(reg, cfg.Name, backlog(js, cfg.Stream, cfg.Consumer))
 	if err != nil {
 		return nil, err
 	}
@@ -474,7 +474,22 @@ type metrics struct {
 	held     prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
+// backlog reads the consumer's messages not yet acked: delivered and in
+// flight, plus waiting; -1 when NATS cannot say (at scrape time, within 2 s).
+func backlog(js jetstream.JetStream, stream, consumer string) func() float64 {
+	return func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		c, err := js.Consumer(ctx, stream, consumer)
+		if err != nil {
+			return -1
+		}
+		info := c.CachedInfo()
+		return float64(info.NumPending) + float64(info.NumAckPending)
+	}
+}
+
+func newMetrics(reg prometheus.Registerer, name string, backlog func() float64) (*metrics, error) {
 	labels := prometheus.Labels{"pipeline": name}
 	m := &metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -490,7 +505,11 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 			Help: "Messages held while NATS is unavailable; consumption pauses while any is held.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.faults, m.held} {
+	backlogGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "orderly_pipeline_backlog", ConstLabels: labels,
+		Help: "Messages of the pipeline's durable consumer not acked yet (waiting and in flight), as NATS counts them at scrape time; -1 when NATS cannot say. Shared by every process of the role.",
+	}, backlog)
+	for _, c := range []prometheus.Collector{m.messages, m.faults, m.held, backlogGauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

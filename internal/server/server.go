@@ -359,7 +359,15 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		s.wg.Add(1)
 		go s.watchStore()
 	}
+	if s.guard != nil {
+		s.registry.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderly_storage_free_bytes",
+				Help: "Free space of the embedded store's file system, as the disk guard sees it."}, func() float64 { return float64(s.guard.Free()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderly_storage_reserve_bytes",
+				Help: "--min-free-space: below it new orders are refused."}, func() float64 { return float64(cfg.MinFreeSpace) }))
+	}
 	if !cfg.Roles.API {
+		s.registry.MustRegister(ops.CheckCollector(ready, live, 2*time.Second))
 		opsHandler, err := ops.NewHandler(cfg.Ops, ready, live, s.registry)
 		if err != nil {
 			return nil, err
@@ -656,6 +664,7 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 	}
 	s.svc = svc
 	ready = append(ready, ops.Check{Name: "results_feed", Run: func(context.Context) error { return h.Live() }})
+	s.registry.MustRegister(ops.CheckCollector(ready, live, 2*time.Second))
 	opsHandler, err := ops.NewHandler(s.cfg.Ops, ready, live, s.registry)
 	if err != nil {
 		return err
