@@ -185,7 +185,9 @@ func TestProjectorDown(t *testing.T) {
 	orderlytest.Attach(&pcfg, inst.NATSURL(), inst.Creds, natsauth.Projector)
 	back := time.Now()
 	orderlytest.Start(t, pcfg)
-	defer func() { t.Logf("recovery: the read models caught up %s after the projector started", time.Since(back).Round(10*time.Millisecond)) }()
+	defer func() {
+		t.Logf("recovery: the read models caught up %s after the projector started", time.Since(back).Round(10*time.Millisecond))
+	}()
 	for i, key := range []string{"proj-1", "proj-2", "proj-3"} {
 		r := inst.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: wait=10")
 		if r.Status != http.StatusCreated || r.Header.Get("Location") != locs[i] || r.Header.Get("Idempotent-Replayed") != "true" {
