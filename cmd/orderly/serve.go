@@ -46,7 +46,7 @@ type TopologyFlags struct {
 	DedupWindow      time.Duration `name:"dedup-window" env:"ORDERLY_DEDUP_WINDOW" default:"2m" help:"Duplicate window of the command stream: the broker drops a retry whose key it stored less than this long ago."`
 	ResultTTL        time.Duration `name:"result-ttl" env:"ORDERLY_RESULT_TTL" default:"24h" help:"How long a stored result answers retries of its key; afterwards the key is free and makes a new order."`
 	CommandRetention time.Duration `name:"command-retention" env:"ORDERLY_COMMAND_RETENTION" default:"72h" help:"How long commands stay stored; a processor outage longer than this loses accepted commands."`
-	EventRetention   time.Duration `name:"event-retention" env:"ORDERLY_EVENT_RETENTION" default:"0s" help:"How long events stay in ORDER_EVENTS; 0 keeps them for ever. At least --result-ttl."`
+	EventRetention   time.Duration `name:"event-retention" env:"ORDERLY_EVENT_RETENTION" default:"168h" help:"How long events stay in ORDER_EVENTS (7 days, the retention Kafka users know); 0 keeps them for ever. At least --result-ttl. Every retained order costs about 1.3 KB of disk and one entry of the server's subject index (docs/operations.md)."`
 }
 
 func (t TopologyFlags) topology() jsstore.Topology {

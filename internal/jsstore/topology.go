@@ -72,6 +72,7 @@ func DefaultTopology() Topology {
 		DedupWindow:      2 * time.Minute,
 		CommandRetention: 72 * time.Hour,
 		ResultTTL:        24 * time.Hour,
+		EventRetention:   7 * 24 * time.Hour,
 		AckWait:          10 * time.Second,
 	}
 }

@@ -102,6 +102,11 @@ func TestEnsureCreatesOnceThenChangesNothing(t *testing.T) {
 	if cfg.MaxAge != topo.ResultTTL || !cfg.AllowDirect || !cfg.AllowAtomicPublish || cfg.MaxMsgsPerSubject != 1 {
 		t.Fatalf("bucket stream: %+v", cfg)
 	}
+	// Events are kept for 7 days by default, not for ever: every retained
+	// order costs disk and an entry of the server's subject index.
+	if age := streamConfig(t, js, events.EventStream).MaxAge; age != 7*24*time.Hour {
+		t.Fatalf("ORDER_EVENTS keeps events for %s by default, want 168h", age)
+	}
 }
 
 // TestEnsureLeavesTunablesAndForeignFieldsAlone: a process with other windows
