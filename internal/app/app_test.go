@@ -36,6 +36,14 @@ func (f *fakeResults) Get(_ context.Context, key string) (idempotency.Record, bo
 type fakeCache struct {
 	mu sync.Mutex
 	m  map[string]idempotency.Record
+	// knownNew is what KnownNew says of every key.
+	knownNew bool
+}
+
+func (f *fakeCache) KnownNew(string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.knownNew
 }
 
 func (f *fakeCache) CachedResult(key string) (idempotency.Record, bool) {
@@ -246,8 +254,17 @@ func TestSubmit(t *testing.T) {
 		replayed  bool
 		err       error
 		published int
+		reads     *int // reads of the key's record before the answer, when checked
 	}{
-		{name: "new key, respond at once", in: submit(0, 0), kind: Accepted, orderID: firstID, published: 1},
+		{name: "new key, respond at once", in: submit(0, 0), kind: Accepted, orderID: firstID, published: 1, reads: ptr(1)},
+		{name: "key known to be new: published without a read", setup: func(f *fixture) { f.cache.knownNew = true },
+			in: submit(0, 0), kind: Accepted, orderID: firstID, published: 1, reads: ptr(0)},
+		{name: "key called new by a view that lagged, holding a result: our command loses the claim, the holder's answer is replayed",
+			setup: func(f *fixture) { f.cache.knownNew = true; f.results.m[key] = completed("ord_x", "fp") },
+			in: submit(200*time.Millisecond, 0), kind: Completed, orderID: "ord_x", replayed: true, published: 1},
+		{name: "key called new by a view that lagged, holding another request's result: key reused",
+			setup: func(f *fixture) { f.cache.knownNew = true; f.results.m[key] = completed("ord_x", "other") },
+			in: submit(200*time.Millisecond, 0), err: &KeyReusedError{}, published: 1},
 		{name: "new key, decided within the wait", in: submit(time.Second, 0), decide: ptr(completed(firstID, "fp")),
 			kind: Completed, orderID: firstID, published: 1},
 		{name: "new key, not decided within the wait", in: submit(20*time.Millisecond, 0), kind: Accepted, orderID: firstID, published: 1},
@@ -307,6 +324,9 @@ func TestSubmit(t *testing.T) {
 			}
 			if tc.published >= 0 && f.commands.published != tc.published {
 				t.Fatalf("%d publishes, want %d", f.commands.published, tc.published)
+			}
+			if tc.reads != nil && f.results.reads != *tc.reads {
+				t.Fatalf("%d reads of the key, want %d", f.results.reads, *tc.reads)
 			}
 			if tc.published < 0 && f.commands.published < 2 {
 				t.Fatalf("%d publishes: the publish was not retried within the budget", f.commands.published)

@@ -26,12 +26,15 @@ type Results interface {
 	Get(ctx context.Context, key string) (rec idempotency.Record, ok bool, err error)
 }
 
-// Cache is the process's memory of completed records: a completed record does
-// not change until it expires, so a remembered one answers a replay without a
-// round trip.
+// Cache is the process's memory of the records: a completed record does not
+// change until it expires, so a remembered one answers a replay without a
+// round trip; and KnownNew is true for a key the process can tell had no
+// record when its view of the store was last updated, so that a new key is
+// published without a read (false whenever it cannot tell).
 type Cache interface {
 	CachedResult(key string) (idempotency.Record, bool)
 	Remember(key string, rec idempotency.Record)
+	KnownNew(key string) bool
 }
 
 // Watcher delivers what is stored from the moment of the call on: WatchResult

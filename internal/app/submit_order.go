@@ -50,7 +50,8 @@ type Outcome struct {
 }
 
 // Submit handles a POST /v1/orders. The three layers against duplicates meet
-// here: a key with a stored result is answered from it without publishing; the
+// here: a key with a stored result is answered from it without publishing (a
+// key the process knows to be new is not read); the
 // broker drops a command whose key it saw inside the duplicate window; and the
 // processor's claim turns any command that still slips through into a
 // rejection that names the holder (see package processor).
@@ -64,12 +65,20 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 		defer cancel()
 		updates = c
 	}
-	r, found, err := s.result(ctx, in.KeyHash)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if found {
-		return s.existing(ctx, in, r, updates)
+	// A key the process knows to be new is published without reading it first.
+	// Its view lags the store by a delivery: a record stored in that moment is
+	// missed, as one stored just after a read would be, and the same two
+	// layers cover both (the broker's window drops a retry of a command stored
+	// in it; the processor's claim rejects any other, and the answer is the
+	// holder's).
+	if !s.deps.Cache.KnownNew(in.KeyHash) {
+		r, found, err := s.result(ctx, in.KeyHash)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if found {
+			return s.existing(ctx, in, r, updates)
+		}
 	}
 
 	cmd := events.CreateOrder{

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -27,8 +28,11 @@ import (
 // ResultFeed delivers every record stored after Watch returns, in order, from
 // one goroutine, until stop; bad receives records it cannot decode; live is
 // nil while the feed delivers (it recovers by itself after an interruption).
+// Keys calls f with every key that has a record when it is called, and the
+// time that record was written, then returns.
 type ResultFeed interface {
 	Watch(ctx context.Context, f func(key string, rec idempotency.Record), bad func(key string, err error)) (stop func(), live func() error, err error)
+	Keys(ctx context.Context, f func(key string, at time.Time)) error
 }
 
 // DecisionFeed calls f with the order ID of every decision stored after
@@ -50,6 +54,10 @@ type Config struct {
 	EventsIdle time.Duration
 	// FollowTimeout bounds starting the decision feed (default 5s).
 	FollowTimeout time.Duration
+	// KeyFilterBytes bounds the memory of the filters that tell new keys
+	// (about 2 bytes per key written within the result TTL; default 64 MiB).
+	// Past it, every key is read before it is published.
+	KeyFilterBytes uint
 }
 
 func (c *Config) setDefaults() {
@@ -58,6 +66,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.FollowTimeout == 0 {
 		c.FollowTimeout = 5 * time.Second
+	}
+	if c.KeyFilterBytes == 0 {
+		c.KeyFilterBytes = 64 << 20
 	}
 }
 
@@ -88,6 +99,11 @@ type Hub struct {
 	cache     *lru.Cache[string, idempotency.Record]
 	now       func() time.Time
 
+	// seen holds the keys with a record: those of the bucket when the feed
+	// started (loaded once, keysLoaded) and those the feed delivered since.
+	seen       *seenKeys
+	keysLoaded atomic.Bool
+
 	ctx      context.Context
 	stopAll  func()
 	live     func() error
@@ -106,7 +122,8 @@ func New(cfg Config, results ResultFeed, decisions DecisionFeed, reg prometheus.
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	h := &Hub{cfg: cfg, results: results, decisions: decisions, logger: logger.With("component", "hub"), now: time.Now}
+	h := &Hub{cfg: cfg, results: results, decisions: decisions, logger: logger.With("component", "hub"), now: time.Now,
+		seen: newSeenKeys(cfg.ResultTTL, cfg.KeyFilterBytes)}
 	if cfg.CacheSize > 0 {
 		c, err := lru.New[string, idempotency.Record](cfg.CacheSize)
 		if err != nil {
@@ -118,6 +135,13 @@ func New(cfg Config, results ResultFeed, decisions DecisionFeed, reg prometheus.
 		Name: "orderly_waiters",
 		Help: "Requests waiting for a decision (POST) or a change (GET ?wait=).",
 	}, func() float64 { return float64(h.Waiters()) }))
+	if err != nil {
+		return nil, err
+	}
+	err = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "orderly_key_filter_bytes",
+		Help: "Memory of the filters that tell new idempotency keys, which are published without a read.",
+	}, func() float64 { _, b := h.seen.filters(); return float64(b) }))
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +164,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		return err
 	}
 	h.ctx, h.live = ctx, live
+	go h.loadKeys(ctx)
 	h.stopAll = func() {
 		cancel()
 		stop()
@@ -207,8 +232,51 @@ func (h *Hub) releaseDecisions() {
 	})
 }
 
+// loadKeys reads the keys that had a record when the feed started, trying
+// again until it succeeds or the hub stops; the feed adds every later one.
+func (h *Hub) loadKeys(ctx context.Context) {
+	wait := 100 * time.Millisecond
+	for {
+		start, n := time.Now(), 0
+		err := h.results.Keys(ctx, func(key string, at time.Time) {
+			h.seen.Add(key, at)
+			n++
+		})
+		if err == nil {
+			h.keysLoaded.Store(true)
+			h.logger.Info("idempotency keys loaded: new keys are published without a read", "keys", n, "took", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		h.logger.Warn("loading the idempotency keys; every key is read before it is published meanwhile", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// KnownNew reports whether key certainly had no record when the feed last
+// delivered: the keys of the bucket are loaded, the feed is live, and key is
+// not among them (a Bloom filter; about 1% of new keys are not recognised as
+// new). The feed lags the bucket by the time a delivery takes, so a record
+// stored just now may be missing: a caller that publishes on this answer
+// relies on the broker's duplicate window and the processor's claim for
+// such a key, as for a record stored just after a read.
+func (h *Hub) KnownNew(key string) bool {
+	if !h.keysLoaded.Load() || h.Live() != nil {
+		return false
+	}
+	return !h.seen.MayHave(key, h.now())
+}
+
 // applyResult caches a completed record and wakes the key's waiters.
 func (h *Hub) applyResult(key string, r idempotency.Record) {
+	h.seen.Add(key, h.now())
 	if r.Completed() {
 		h.Remember(key, r)
 	} else if h.cache != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,28 @@ type fakeFeeds struct {
 	follows   int
 	failStart error
 	down      error
+	// keys are the keys the bucket holds for Keys; keysErr fails Keys
+	// keysFails times first.
+	keys      map[string]time.Time
+	keysErr   error
+	keysFails int
+	keysCalls int
+}
+
+func (f *fakeFeeds) Keys(_ context.Context, fn func(string, time.Time)) error {
+	f.mu.Lock()
+	f.keysCalls++
+	if f.keysFails > 0 {
+		f.keysFails--
+		f.mu.Unlock()
+		return f.keysErr
+	}
+	keys := maps.Clone(f.keys)
+	f.mu.Unlock()
+	for k, at := range keys {
+		fn(k, at)
+	}
+	return nil
 }
 
 func (f *fakeFeeds) Watch(_ context.Context, fn func(string, idempotency.Record), _ func(string, error)) (func(), func() error, error) {
@@ -229,5 +252,54 @@ func TestLiveFollowsTheResultFeed(t *testing.T) {
 	feeds.mu.Unlock()
 	if err := h.Live(); err == nil {
 		t.Fatal("live while the feed is down")
+	}
+}
+
+// TestKnownNew: a key is known new only once the bucket's keys are loaded,
+// while the feed is live, and when neither the bucket nor the feed had it.
+func TestKnownNew(t *testing.T) {
+	t.Parallel()
+	feeds := &fakeFeeds{keys: map[string]time.Time{"stored": time.Now().Add(-time.Hour)}, keysFails: 2, keysErr: errors.New("no responders")}
+	h, err := New(Config{ResultTTL: 24 * time.Hour}, feeds, feeds, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.KnownNew("fresh") {
+		t.Fatal("known new before the hub started")
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	eventually(t, func() bool { return h.KnownNew("fresh") })
+	feeds.mu.Lock()
+	calls := feeds.keysCalls
+	feeds.mu.Unlock()
+	if calls != 3 {
+		t.Fatalf("keys loaded after %d calls, want 3 (two failed)", calls)
+	}
+	if h.KnownNew("stored") {
+		t.Fatal("a key the bucket holds is called new")
+	}
+	feeds.results("fresh", idempotency.Pending("ord_1", "fp"))
+	if h.KnownNew("fresh") {
+		t.Fatal("a key the feed delivered is called new")
+	}
+	feeds.mu.Lock()
+	feeds.down = errors.New("missed heartbeats")
+	feeds.mu.Unlock()
+	if h.KnownNew("other") {
+		t.Fatal("a key is called new while the feed is down")
+	}
+}
+
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

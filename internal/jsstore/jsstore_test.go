@@ -124,6 +124,63 @@ func TestResults(t *testing.T) {
 	}
 }
 
+// TestResultKeys: Keys lists every key with a record, once, with the time
+// of its last write, and not the keys deleted since; on an empty bucket it
+// returns at once.
+func TestResultKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	j := js(t)
+	r, err := jsstore.OpenResults(ctx, j, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() map[string]time.Time {
+		t.Helper()
+		got := map[string]time.Time{}
+		if err := r.Keys(ctx, func(key string, at time.Time) {
+			if _, twice := got[key]; twice {
+				t.Fatalf("key %s listed twice", key)
+			}
+			got[key] = at
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := list(); len(got) != 0 {
+		t.Fatalf("empty bucket: %v", got)
+	}
+	before := time.Now().Add(-time.Second)
+	want := map[string]bool{}
+	for i := range 300 {
+		key := idempotency.KeyHash("t", fmt.Sprintf("k%d", i))
+		if _, _, err := r.Claim(ctx, key, idempotency.Pending("ord_a", "fp")); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 { // written twice: listed once
+			if err := r.Save(ctx, key, idempotency.Record{State: idempotency.StateCompleted, OrderID: "ord_a", Fingerprint: "fp", Status: 201, Body: []byte("{}")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want[key] = true
+	}
+	gone := idempotency.KeyHash("t", "k7")
+	if err := r.Purge(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, gone)
+	got := list()
+	if len(got) != len(want) {
+		t.Fatalf("%d keys listed, want %d", len(got), len(want))
+	}
+	for key, at := range got {
+		if !want[key] || at.Before(before) || at.After(time.Now()) {
+			t.Fatalf("key %s at %s: not expected", key, at)
+		}
+	}
+}
+
 func TestEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -166,6 +166,46 @@ func (r *Results) Watch(ctx context.Context, f func(key string, rec idempotency.
 	})
 }
 
+// Keys calls f, from one goroutine, with every key that has a record now and
+// the time it was written, then returns: one headers-only ordered consumer
+// that delivers the last message of each key, read until nothing is pending.
+func (r *Results) Keys(ctx context.Context, f func(key string, at time.Time)) error {
+	cons, err := r.js.OrderedConsumer(ctx, ResultsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{resultsSubject + ">"}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, HeadersOnly: true,
+	})
+	if err != nil {
+		return fmt.Errorf("keys of %s: %w", events.ResultsBucket, storeErr(err))
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("keys of %s: %w", events.ResultsBucket, storeErr(err))
+	}
+	if info.NumPending == 0 {
+		return nil
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return fmt.Errorf("keys of %s: %w", events.ResultsBucket, storeErr(err))
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("keys of %s: %w", events.ResultsBucket, storeErr(err))
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("keys of %s: %w", events.ResultsBucket, err)
+		}
+		if m.Headers().Get(kvOperationHeader) == "" { // not a delete or purge marker
+			f(strings.TrimPrefix(m.Subject(), resultsSubject), md.Timestamp)
+		}
+		if md.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
 // kvOperationHeader marks the delete and purge markers of a bucket.
 const kvOperationHeader = "KV-Operation"
 

@@ -101,6 +101,10 @@ type Config struct {
 	Projector pipeline.Config
 	// ProcessorHooks inject faults in tests; zero in production.
 	ProcessorHooks processor.Hooks
+	// KeysAlwaysNew, in tests, makes the API's view of the keys call every key
+	// new, as if it lagged behind every record, to show what the broker's
+	// window and the processor's claim do when it lags; false in production.
+	KeysAlwaysNew bool
 	// Ops configures the operational endpoints.
 	Ops ops.Config
 	// StartupTimeout bounds how long Start waits for NATS and JetStream to
@@ -656,8 +660,12 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 	s.hub = h
 	acfg := s.cfg.App
 	acfg.Up = jsstore.WatchHealth(s.nc).Up
+	var cache app.Cache = h
+	if s.cfg.KeysAlwaysNew {
+		cache = keysAlwaysNew{h}
+	}
 	svc, err := app.NewService(acfg, app.Deps{
-		Results: results, Cache: h, Watcher: h, Commands: commands, Orders: projections.NewOrders(evs),
+		Results: results, Cache: cache, Watcher: h, Commands: commands, Orders: projections.NewOrders(evs),
 	}, s.logger)
 	if err != nil {
 		return err
@@ -677,6 +685,11 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 	}
 	return s.serveHTTP(handler)
 }
+
+// keysAlwaysNew is a hub whose view of the keys lags behind every record.
+type keysAlwaysNew struct{ *hub.Hub }
+
+func (keysAlwaysNew) KnownNew(string) bool { return true }
 
 // serveHTTP serves h on the configured HTTP address until Shutdown.
 func (s *Server) serveHTTP(h http.Handler) error {

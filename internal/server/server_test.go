@@ -150,6 +150,55 @@ func TestSameKeyAfterDuplicateWindow(t *testing.T) {
 	}
 }
 
+// TestKeyViewThatLagsMakesNoSecondOrder: the API publishes the commands of
+// keys its view calls new without reading them first. When the view lags
+// behind a record (here: always, and without the result cache), a retry
+// after the duplicate window is still answered with the original's response,
+// and a different request with the key still gets 422: the processor's claim
+// rejects the new command, and the waiting request finds the holder's answer.
+func TestKeyViewThatLagsMakesNoSecondOrder(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Topology.DedupWindow = time.Second
+	cfg.Topology.ResultTTL = time.Hour
+	cfg.KeysAlwaysNew = true
+	cfg.Hub.CacheSize = 0
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+
+	first := inst.PostOrder(t, "lag-1", orderlytest.Order("c-1"))
+	if first.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s", first.Status, first.Body)
+	}
+	time.Sleep(1500 * time.Millisecond) // let the duplicate window pass
+	retry := inst.PostOrder(t, "lag-1", orderlytest.Order("c-1"))
+	if retry.Status != http.StatusCreated || !bytes.Equal(retry.Body, first.Body) || retry.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry after the window: %d %s", retry.Status, retry.Body)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	other := inst.PostOrder(t, "lag-1", orderlytest.Order("c-2"))
+	if other.Status != http.StatusUnprocessableEntity || other.Problem(t)["code"] != "idempotency_key_reused" {
+		t.Fatalf("another request with the key: %d %s", other.Status, other.Body)
+	}
+	key := idempotency.KeyHash(api.DefaultTenant, "lag-1")
+	orderlytest.Eventually(t, 10*time.Second, "the rejections of the two commands", func() bool {
+		reasons := map[string]int{}
+		for _, ev := range orderlytest.Events(t, js) {
+			if ev.Type == events.OrderRejectedType {
+				var d events.OrderRejected
+				if err := json.Unmarshal(ev.Data, &d); err != nil {
+					t.Fatal(err)
+				}
+				reasons[d.Reason]++
+			}
+		}
+		return reasons[events.ReasonDuplicate] == 1 && reasons[events.ReasonKeyReused] == 1
+	})
+	if n := orderlytest.CreatedByKey(t, js)[key]; n != 1 {
+		t.Fatalf("OrderCreated for the key: %d, want 1", n)
+	}
+}
+
 func decode(t *testing.T, body []byte) events.OrderRequest {
 	t.Helper()
 	req, errs := api.DecodeOrder(body)
