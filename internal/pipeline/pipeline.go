@@ -187,9 +187,40 @@ func New(cfg Config, js jetstream.JetStream, pub jsstore.Publisher, h Handler, r
 }
 
 // wmLogger adapts logger for watermill, with its per-message info logs
-// lowered to debug.
+// lowered to debug. Its trace, debug and info calls return at once when
+// their level is off: watermill's adapter converts the fields of every call
+// first (two trace lines per message, about 1% of the CPU of an order).
 func wmLogger(logger *slog.Logger) watermill.LoggerAdapter {
-	return watermill.NewSlogLoggerWithLevelMapping(logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+	return quietLogger{watermill.NewSlogLoggerWithLevelMapping(logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug}), logger}
+}
+
+type quietLogger struct {
+	watermill.LoggerAdapter
+	l *slog.Logger
+}
+
+func (q quietLogger) on(level slog.Level) bool { return q.l.Enabled(context.Background(), level) }
+
+func (q quietLogger) Trace(msg string, fields watermill.LogFields) {
+	if q.on(watermill.LevelTrace) {
+		q.LoggerAdapter.Trace(msg, fields)
+	}
+}
+
+func (q quietLogger) Debug(msg string, fields watermill.LogFields) {
+	if q.on(slog.LevelDebug) {
+		q.LoggerAdapter.Debug(msg, fields)
+	}
+}
+
+func (q quietLogger) Info(msg string, fields watermill.LogFields) {
+	if q.on(slog.LevelDebug) { // lowered to debug
+		q.LoggerAdapter.Info(msg, fields)
+	}
+}
+
+func (q quietLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return quietLogger{q.LoggerAdapter.With(fields), q.l}
 }
 
 // Run consumes until Close. It returns once the router stopped; an error when
