@@ -182,11 +182,11 @@ func DefaultConfig() Config {
 		Hub:        hub.Config{CacheSize: 16384},
 		Processor: pipeline.Config{
 			Name: "processor", Stream: events.CommandStream, Consumer: jsstore.ProcessorConsumer,
-			Concurrency: 32, MaxAttempts: 10, DeadLetterSubject: events.DeadLetterSubject,
+			Concurrency: 128, MaxAttempts: 10, DeadLetterSubject: events.DeadLetterSubject,
 		},
 		Projector: pipeline.Config{
 			Name: "projector", Stream: events.EventStream, Consumer: jsstore.ProjectorConsumer,
-			Concurrency: 16,
+			Concurrency: 64,
 		},
 		StartupTimeout:  2 * time.Minute,
 		MinFreeSpace:    256 << 20,
