@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -95,10 +96,36 @@ func FuzzDecodeOrder(f *testing.F) {
 		`{"customer_id":"c","currency":"USD","items":[{"sku":"x","quantity":1,"unit_price":0}],"total":null}`,
 		`{"customer_id":"\u00e9","currency":"EUR","items":[{"sku":"\ud83d\ude00","quantity":1,"unit_price":1}]}`,
 		`{"customer_id":1}`, `[]`, `null`, `{`, `{"items":[null]}`, `{"total":1e400}`,
+		// Where a one-pass decoder could be more lenient than the checked one.
+		`{"Customer_ID":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`,
+		`{"customer_id":"c","currency":"EUR","items":[{"SKU":"x","quantity":1,"unit_price":1}]}`,
+		`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":"1","unit_price":1}]}`,
+		`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1e0,"unit_price":1}]}`,
+		`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1.0,"unit_price":-0}]}`,
+		`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1},null]}`,
+		`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":"1"}`,
+		`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":1,"total":1}`,
+		`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]} x`,
+		` {"customer_id" : "c\t", "currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]} `,
+		`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"extra":null}`,
+		`{"customer_id":null,"currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`,
+		`{"customer_id":"c","currency":"EUR","items":{"sku":"x","quantity":1,"unit_price":1}}`,
+		"{\"customer_id\":\"c\xff\",\"currency\":\"EUR\",\"items\":[{\"sku\":\"x\",\"quantity\":1,\"unit_price\":1}]}",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// The one-pass decoder accepts only what the checked one accepts, and
+		// decodes it to the same request.
+		checked, checkedErrs := decodeChecked(body)
+		if valid, ok := decodeValid(body); ok {
+			if checkedErrs != nil {
+				t.Fatalf("decodeValid accepted %q, which decodeChecked refuses: %v", body, checkedErrs)
+			}
+			if !reflect.DeepEqual(valid, checked) {
+				t.Fatalf("%q decodes to %+v in one pass and to %+v when checked", body, valid, checked)
+			}
+		}
 		req, errs := DecodeOrder(body)
 		if errs != nil {
 			if len(errs) == 0 {
