@@ -17,7 +17,7 @@ import (
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
-func js(t *testing.T) jetstream.JetStream {
+func js(t testing.TB) jetstream.JetStream {
 	return orderlytest.JetStream(t, natsserver.Fsync{Interval: time.Second})
 }
 

@@ -450,7 +450,11 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		return nil, err
 	}
 	s.nc = nc
-	return jetstream.New(nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return jsstore.FastPublish(js, 5*time.Second), nil
 }
 
 // user is the NATS user of the process's roles: the role's own, or serve
