@@ -76,10 +76,10 @@ type OrderFlags struct {
 	BatchWrites     string        `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" enum:"auto,on,off" default:"auto" help:"Group concurrent writes to each stream into atomic batches, one commit and one disk sync per batch (group commit): on, off, or auto: on with serve --fsync always, where it gains 12-36% (docs/performance.md), off otherwise (against --nats-url, set it on when the servers sync every write)."`
 	MemoryLimit     string        `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" help:"Soft limit of the Go heap, such as 400MiB: the garbage collector works harder to stay under it (see docs/performance.md). Empty: the Go default (GOMEMLIMIT)."`
 	PprofAddr       string        `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof) on this address, such as 127.0.0.1:6060; empty: off."`
-	Concurrency     int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"128" help:"Commands one processor handles at once (each waits for two stored writes; more in flight keep decisions at the pace of async accepts on two cores: docs/performance.md)."`
+	Concurrency     int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"256" help:"Commands one processor handles at once (each waits for two stored writes; more in flight keep decisions at the pace of async accepts on two cores: docs/performance.md)."`
 	OTLPEndpoint    string        `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
 	TraceRatio      float64       `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
-	ProjConcurrency int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"64" help:"Events one projector handles at once."`
+	ProjConcurrency int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"128" help:"Events one projector handles at once."`
 }
 
 // ServeCmd runs everything in one process.

@@ -182,11 +182,11 @@ func DefaultConfig() Config {
 		Hub:        hub.Config{CacheSize: 16384},
 		Processor: pipeline.Config{
 			Name: "processor", Stream: events.CommandStream, Consumer: jsstore.ProcessorConsumer,
-			Concurrency: 128, MaxAttempts: 10, DeadLetterSubject: events.DeadLetterSubject,
+			Concurrency: 256, MaxAttempts: 10, DeadLetterSubject: events.DeadLetterSubject,
 		},
 		Projector: pipeline.Config{
 			Name: "projector", Stream: events.EventStream, Consumer: jsstore.ProjectorConsumer,
-			Concurrency: 64,
+			Concurrency: 128,
 		},
 		StartupTimeout:  2 * time.Minute,
 		MinFreeSpace:    256 << 20,
