@@ -262,8 +262,8 @@ func (h *Hub) loadKeys(ctx context.Context) {
 
 // KnownNew reports whether key certainly had no record when the feed last
 // delivered: the keys of the bucket are loaded, the feed is live, and key is
-// not among them (a Bloom filter; about 1% of new keys are not recognised as
-// new). The feed lags the bucket by the time a delivery takes, so a record
+// not among them (Bloom filters: under 2% of new keys are not recognised as
+// new, and are read). The feed lags the bucket by the time a delivery takes, so a record
 // stored just now may be missing: a caller that publishes on this answer
 // relies on the broker's duplicate window and the processor's claim for
 // such a key, as for a record stored just after a read.
