@@ -271,7 +271,7 @@ func (h *Hub) KnownNew(key string) bool {
 	if !h.keysLoaded.Load() || h.Live() != nil {
 		return false
 	}
-	return !h.seen.MayHave(key, h.now())
+	return !h.seen.MayHave(key)
 }
 
 // applyResult caches a completed record and wakes the key's waiters.

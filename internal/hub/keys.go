@@ -10,9 +10,9 @@ import (
 
 // seenKeys remembers, with Bloom filters, the keys that had a record in
 // ORDER_RESULTS within the result TTL. MayHave never answers false for a key
-// it was told about less than the TTL ago; it answers true for a key it never
-// saw about once in a hundred (a false positive costs the caller one read, as
-// if there were no filter).
+// it was told about less than the TTL ago; it answers true for under 2% of
+// the keys it never saw (a false positive costs the caller one read, as if
+// there were no filter).
 //
 // Keys expire from the bucket a TTL after their last write, so the filters are
 // sliced by time: a key goes into the slice of the time it was written, and a
@@ -22,8 +22,12 @@ import (
 // a slice of any size stays under 2% (memory about 2 bytes per key). The
 // filters of all slices together take at most budget bytes; past that the
 // set stops remembering and says so (full), and the caller reads every key.
+//
+// Expired slices are dropped as keys are added (the result watch adds about
+// two a new order), not on the request path: a slice kept a little longer
+// only makes MayHave answer true more often.
 type seenKeys struct {
-	mu        sync.Mutex
+	mu        sync.RWMutex
 	ttl       time.Duration
 	width     time.Duration
 	perFilter uint // keys of a slice's first filter
@@ -97,12 +101,11 @@ func (s *seenKeys) Add(key string, at time.Time) {
 }
 
 // MayHave is false only when key certainly had no record written within the
-// TTL before now.
-func (s *seenKeys) MayHave(key string, now time.Time) bool {
+// TTL (and the slack of expire) before now.
+func (s *seenKeys) MayHave(key string) bool {
 	locs := bloom.Locations([]byte(key), seenHashes)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.expire(now)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if s.full {
 		return true
 	}
@@ -138,8 +141,8 @@ func (s *seenKeys) expire(now time.Time) {
 
 // filters is the number of filters held, and their size in bytes.
 func (s *seenKeys) filters() (n int, bytes uint) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	for _, slots := range s.slices {
 		n += len(slots)
 	}
