@@ -162,7 +162,7 @@ func feedNode(t *testing.T, js jetstream.JetStream) string {
 // (nats-server's raft election timeout), a request sent into the change is
 // sent again within 3 s (the attempt cap), and a lost result feed is noticed
 // after two missed heartbeats (2 s): 9 + 3 + 2 = 14 s on a machine with CPU
-// to spare. Measured on the 2-core machine: 4.6 to 12.8 s alone, up to 15.8 s
+// to spare. Measured on the 2-core machine: 1.0 to 12.8 s alone, up to 15.9 s
 // while the other packages' tests ran beside it (elections and reconnects
 // wait for CPU); the bound leaves room for that, and the figures are logged.
 func TestFailoverUnderCheck(t *testing.T) {
