@@ -132,7 +132,7 @@ func TestSchemasMatchEveryDecision(t *testing.T) {
 	} {
 		cmd := base
 		mutate(&cmd)
-		_, data := processor.Decide(cmd, events.OrderID(42, cmd.Nonce), time.Now())
+		data := processor.Decide(cmd, events.OrderID(42, cmd.Nonce), time.Now()).Event
 		t.Run(name, func(t *testing.T) { check(t, data) })
 	}
 }

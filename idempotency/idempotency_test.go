@@ -50,13 +50,21 @@ func TestFingerprintIsCanonical(t *testing.T) {
 func TestRecordRoundTrip(t *testing.T) {
 	t.Parallel()
 	body := []byte("{\"id\":\"x\"}\n\x00binary\n")
-	r := idempotency.Record{State: idempotency.StateCompleted, OrderID: "ord_x", Fingerprint: "fp", Status: 201, Location: "/v1/orders/ord_x", ContentType: "application/json", Body: body}
+	decided := time.Date(2026, 11, 30, 17, 4, 5, 123456789, time.UTC)
+	r := idempotency.Record{State: idempotency.StateCompleted, OrderID: "ord_x", Fingerprint: "fp", Status: 201, Location: "/v1/orders/ord_x", ContentType: "application/json",
+		DecidedUnixNano: decided.UnixNano(), Body: body}
 	got, err := idempotency.Decode(r.Encode())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got.Body, body) || got.Status != 201 || got.Location != r.Location || got.State != idempotency.StateCompleted {
+	if !bytes.Equal(got.Body, body) || got.Status != 201 || got.Location != r.Location || got.State != idempotency.StateCompleted || !got.Decided().Equal(decided) {
 		t.Fatalf("round trip: %+v", got)
+	}
+	if !bytes.Equal(got.Encode(), r.Encode()) {
+		t.Fatalf("encode after decode: %q, want %q", got.Encode(), r.Encode())
+	}
+	if !(idempotency.Record{State: idempotency.StateCompleted}).Decided().IsZero() {
+		t.Fatal("a record without a decision time has one")
 	}
 	for _, bad := range [][]byte{nil, []byte("{}"), []byte("{\"state\":\"weird\"}\n"), []byte("nope\n")} {
 		if _, err := idempotency.Decode(bad); err == nil {

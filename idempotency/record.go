@@ -20,8 +20,10 @@ const (
 	StateCompleted State = "completed"
 )
 
-// Record is what a key holds: first the claim a processor writes
-// (StatePending), then the response the projector stores (StateCompleted). Its
+// Record is what a key holds: the response a processor stores as its claim
+// of the key, with the decision it made before (StateCompleted, ADR 0009).
+// Versions before ADR 0009 claimed with StatePending and had the projector
+// store the response afterwards; such records are still read. Its
 // encoding is a JSON header line followed by the response body, byte for byte,
 // so that a replay sends exactly the stored bytes.
 type Record struct {
@@ -37,6 +39,11 @@ type Record struct {
 	Location string `json:"location,omitempty"`
 	// ContentType is the Content-Type header of the stored response.
 	ContentType string `json:"content_type,omitempty"`
+	// DecidedUnixNano is the time of the decision (its event's time) in Unix
+	// nanoseconds: with the command it makes the decision again, byte for
+	// byte, so that a redelivery stores the event the response was made of.
+	// 0 in records of earlier versions.
+	DecidedUnixNano int64 `json:"decided_unix_nano,omitempty"`
 	// Body is the stored response body.
 	Body []byte `json:"-"`
 	// Stored is when this value was stored; set by the store that read it.
@@ -46,6 +53,15 @@ type Record struct {
 // Pending is the claim of a key by orderID for a request with fingerprint.
 func Pending(orderID, fingerprint string) Record {
 	return Record{State: StatePending, OrderID: orderID, Fingerprint: fingerprint}
+}
+
+// Decided is the time of the decision; zero when the record does not say
+// (a pending claim, or a record of an earlier version).
+func (r Record) Decided() time.Time {
+	if r.DecidedUnixNano == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, r.DecidedUnixNano).UTC()
 }
 
 // Completed reports whether r holds a stored response.
@@ -77,6 +93,10 @@ func (r Record) Encode() []byte {
 	if r.ContentType != "" {
 		b = append(b, `,"content_type":`...)
 		b = appendString(b, r.ContentType)
+	}
+	if r.DecidedUnixNano != 0 {
+		b = append(b, `,"decided_unix_nano":`...)
+		b = strconv.AppendInt(b, r.DecidedUnixNano, 10)
 	}
 	b = append(b, "}\n"...)
 	return append(b, r.Body...)

@@ -7,12 +7,32 @@ import (
 	gojson "github.com/goccy/go-json"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
 )
 
+// Decision is the decision on one command: its event and, when the order
+// holds its idempotency key, the key's stored response, made of the same
+// event (what projections.Project makes of it, byte for byte).
+type Decision struct {
+	// Kind is the event kind.
+	Kind events.Kind
+	// Event is the encoded event.
+	Event []byte
+	// Record is the key's stored response with the decision time; zero when
+	// the order does not hold its key (a duplicate of another order).
+	Record idempotency.Record
+	// reason is a rejection's reason.
+	reason string
+}
+
+// HoldsKey reports whether the decision answers for its idempotency key.
+func (d Decision) HoldsKey() bool { return d.Record.Completed() }
+
 // Decide is the business decision on the command of order orderID, which holds
-// its key: OrderCreated, or OrderRejected when the order breaks a rule. It
-// returns the event kind and the encoded event. It is a pure function.
-func Decide(cmd events.CreateOrder, orderID string, now time.Time) (events.Kind, []byte) {
+// its key: OrderCreated, or OrderRejected when the order breaks a rule. It is a
+// pure function: the same command, order ID and time make the same bytes, so
+// that a redelivery makes again the decision whose response is stored.
+func Decide(cmd events.CreateOrder, orderID string, now time.Time) Decision {
 	r := cmd.Request
 	sum, err := r.Sum()
 	switch {
@@ -37,10 +57,12 @@ func Decide(cmd events.CreateOrder, orderID string, now time.Time) (events.Kind,
 		CreatedAt:          now.UTC(),
 	})
 	e.TraceParent, e.TraceState = cmd.TraceParent, cmd.TraceState
-	return events.KindCreated, encode(e)
+	rec := idempotency.Created(e.Data)
+	rec.DecidedUnixNano = e.Time.UnixNano()
+	return Decision{Kind: events.KindCreated, Event: encode(e), Record: rec}
 }
 
-func reject(cmd events.CreateOrder, orderID string, now time.Time, reason, duplicateOf, detail string) (events.Kind, []byte) {
+func reject(cmd events.CreateOrder, orderID string, now time.Time, reason, duplicateOf, detail string) Decision {
 	e := events.NewEvent(events.OrderRejectedType, events.KindRejected, orderID, now, events.OrderRejected{
 		OrderID:            orderID,
 		Tenant:             cmd.Tenant,
@@ -54,7 +76,12 @@ func reject(cmd events.CreateOrder, orderID string, now time.Time, reason, dupli
 		RejectedAt:         now.UTC(),
 	})
 	e.TraceParent, e.TraceState = cmd.TraceParent, cmd.TraceState
-	return events.KindRejected, encode(e)
+	d := Decision{Kind: events.KindRejected, Event: encode(e), reason: reason}
+	if e.Data.HoldsKey() {
+		d.Record = idempotency.Rejected(e.Data)
+		d.Record.DecidedUnixNano = e.Time.UnixNano()
+	}
+	return d
 }
 
 func encode(v any) []byte {

@@ -1,10 +1,12 @@
 package processor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	gojson "github.com/goccy/go-json"
@@ -39,11 +41,15 @@ type Deps struct {
 }
 
 // Hooks let tests inject faults into the handling of a command. Production
-// code leaves them nil.
+// code leaves them nil. An error a hook returns fails this delivery (it is
+// retried); a panic is a crash of the handler; blocking past the ack wait is
+// a timeout.
 type Hooks struct {
-	// AfterClaim runs once the key is claimed for the command's order, before
-	// the decision is stored. An error fails this delivery (it is retried); a
-	// panic is a crash of the handler; blocking past the ack wait is a timeout.
+	// BeforeClaim runs before the decision is stored: a failure there leaves
+	// the key free.
+	BeforeClaim func(ctx context.Context, cmd events.CreateOrder, delivered int) error
+	// AfterClaim runs once the key holds the command's decision (its stored
+	// response), before the decision's event is stored.
 	AfterClaim func(ctx context.Context, cmd events.CreateOrder, delivered int) error
 }
 
@@ -106,66 +112,123 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 //     are, so that the pipeline tells an unavailable NATS (hold and retry,
 //     never poison) from a failure of the command.
 //
-// Every step is idempotent, so a redelivery after a crash at any point resumes
-// the work: the claim of a redelivered command is its own (same order ID), and
-// the event store keeps the first terminal event of an order.
+// The decision is made first and its stored response is the claim of the key
+// (ADR 0009): one write decides the key and answers every request for it.
+// The event follows. Every step is idempotent, so a redelivery after a crash
+// at any point resumes the work: the claim of a redelivered command is its
+// own (same order ID), from which the same decision is made again, byte for
+// byte, and the event store keeps the first terminal event of an order.
 func (h *Handler) Handle(ctx context.Context, d Delivery) error {
 	cmd, orderID, err := decodeCommand(d)
 	if err != nil {
 		return Permanent(err)
 	}
-	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, idempotency.Pending(orderID, cmd.Fingerprint))
+	if h.cfg.Hooks.BeforeClaim != nil {
+		if err := h.cfg.Hooks.BeforeClaim(ctx, cmd, d.Delivered); err != nil {
+			return err
+		}
+	}
+	dec := Decide(cmd, orderID, h.now())
+	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, dec.Record)
 	if err != nil {
 		return fmt.Errorf("claim key of %s: %w", orderID, err)
 	}
-	holds := won || holder.OrderID == orderID // ours, or ours from an earlier delivery
-	if holds && h.cfg.Hooks.AfterClaim != nil {
+	switch {
+	case won:
+	case holder.OrderID == orderID: // ours, from an earlier delivery
+		dec = h.again(cmd, orderID, holder)
+	case holder.Fingerprint == cmd.Fingerprint:
+		dec = reject(cmd, orderID, h.now(), events.ReasonDuplicate, holder.OrderID,
+			fmt.Sprintf("the idempotency key already belongs to order %s with the same request", holder.OrderID))
+	default:
+		dec = reject(cmd, orderID, h.now(), events.ReasonKeyReused, holder.OrderID,
+			fmt.Sprintf("the idempotency key already belongs to order %s with a different request", holder.OrderID))
+	}
+	if dec.HoldsKey() && h.cfg.Hooks.AfterClaim != nil {
 		if err := h.cfg.Hooks.AfterClaim(ctx, cmd, d.Delivered); err != nil {
 			return err
 		}
 	}
-	var kind events.Kind
-	var data []byte
-	switch {
-	case holds:
-		kind, data = Decide(cmd, orderID, h.now())
-	case holder.Fingerprint == cmd.Fingerprint:
-		kind, data = reject(cmd, orderID, h.now(), events.ReasonDuplicate, holder.OrderID,
-			fmt.Sprintf("the idempotency key already belongs to order %s with the same request", holder.OrderID))
-	default:
-		kind, data = reject(cmd, orderID, h.now(), events.ReasonKeyReused, holder.OrderID,
-			fmt.Sprintf("the idempotency key already belongs to order %s with a different request", holder.OrderID))
+	return h.store(ctx, orderID, dec)
+}
+
+// again makes again the decision that holder, the key's record for this
+// order, stores: the decision at the stored time, or the rejection the
+// processor gives up with. A holder of an earlier version (a pending claim,
+// or a response without the decision time) had its event decided anew, as
+// that version did; a stored event is kept either way.
+func (h *Handler) again(cmd events.CreateOrder, orderID string, holder idempotency.Record) Decision {
+	at := holder.Decided()
+	if at.IsZero() {
+		return Decide(cmd, orderID, h.now())
 	}
-	if err := h.deps.Events.Append(ctx, kind, orderID, data); err != nil {
-		return fmt.Errorf("store %s event of %s: %w", kind, orderID, err)
+	want := holder.Encode()
+	candidates := []Decision{Decide(cmd, orderID, at), givingUp(cmd, orderID, at)}
+	for _, c := range candidates {
+		if bytes.Equal(c.Record.Encode(), want) {
+			return c
+		}
 	}
-	h.decided.WithLabelValues(string(kind)).Inc()
+	// The rendering of responses changed since the record was stored: the
+	// decision of the same kind stands (its times and IDs are the record's).
+	h.logger.Warn("stored response differs from the decision made again", "order_id", orderID, "status", holder.Status)
+	if holder.Status == http.StatusCreated {
+		return candidates[0]
+	}
+	if candidates[0].Kind == events.KindRejected {
+		return candidates[0]
+	}
+	return candidates[1]
+}
+
+// store appends the decision's event and counts it.
+func (h *Handler) store(ctx context.Context, orderID string, dec Decision) error {
+	if err := h.deps.Events.Append(ctx, dec.Kind, orderID, dec.Event); err != nil {
+		return fmt.Errorf("store %s event of %s: %w", dec.Kind, orderID, err)
+	}
+	h.decided.WithLabelValues(string(dec.Kind)).Inc()
 	return nil
 }
 
+// givingUp is the rejection of an order that cannot be processed.
+func givingUp(cmd events.CreateOrder, orderID string, now time.Time) Decision {
+	return reject(cmd, orderID, now, events.ReasonProcessingFailed, "",
+		"the order could not be processed; use a new idempotency key to try again")
+}
+
 // GiveUp runs before the pipeline dead-letters a command that cannot be
-// processed. When the command's order holds its key (or nobody does yet), it
-// stores an OrderRejected with reason processing_failed, so that the key has
-// an answer (422 order_rejected, replayed like any result) instead of staying
-// pending. It is idempotent; an error keeps the command for another try.
+// processed. When nobody holds the command's key, it stores an OrderRejected
+// with reason processing_failed as the key's answer (422 order_rejected,
+// replayed like any result) instead of leaving the key without one. When the
+// key already holds this order's decision, that decision stands, and GiveUp
+// stores its event: the response may have been sent. It is idempotent; an
+// error keeps the command for another try.
 func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
 	cmd, orderID, err := decodeCommand(d)
 	if err != nil {
 		return nil // no order to answer for: the dead letter is all there is
 	}
-	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, idempotency.Pending(orderID, cmd.Fingerprint))
+	dec := givingUp(cmd, orderID, h.now())
+	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, dec.Record)
 	if err != nil {
 		return fmt.Errorf("claim key of %s: %w", orderID, err)
 	}
-	if !won && holder.OrderID != orderID {
+	switch {
+	case won:
+	case holder.OrderID != orderID:
 		return nil // another order answers for the key
+	case holder.Completed() && !holder.Decided().IsZero():
+		dec = h.again(cmd, orderID, holder)
 	}
-	kind, data := reject(cmd, orderID, h.now(), events.ReasonProcessingFailed, "",
-		"the order could not be processed; use a new idempotency key to try again")
-	if err := h.deps.Events.Append(ctx, kind, orderID, data); err != nil {
-		return fmt.Errorf("store %s event of %s: %w", kind, orderID, err)
+	// else a pending claim of an earlier version: rejected, as it would have been
+	if err := h.store(ctx, orderID, dec); err != nil {
+		return err
 	}
-	h.decided.WithLabelValues(string(kind)).Inc()
+	if dec.reason != events.ReasonProcessingFailed {
+		h.logger.WarnContext(ctx, "decided order's event stored on giving up: its response was stored before the failure",
+			"order_id", orderID, "kind", dec.Kind, "cause", cause)
+		return nil
+	}
 	h.logger.ErrorContext(ctx, "order rejected as processing_failed", "order_id", orderID, "cause", cause)
 	return nil
 }

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -162,10 +163,105 @@ func TestCreateOrderDecisions(t *testing.T) {
 					t.Fatalf("HoldsKey = %v", d.HoldsKey())
 				}
 			}
-			if c := claims.m[key]; c.OrderID == "" {
+			c := claims.m[key]
+			if c.OrderID == "" {
 				t.Fatal("no claim stored")
 			}
+			if tc.held == nil && (!c.Completed() || c.Decided().IsZero() || !bytes.Equal(c.Encode(), responseOf(t, store.stored[id1]).Encode())) {
+				t.Fatalf("the claim is not the response the stored event makes: %q", c.Encode())
+			}
 		})
+	}
+}
+
+// responseOf is the stored response an event makes (what projections.Project
+// computes; projections' tests check that the two agree).
+func responseOf(t *testing.T, data []byte) idempotency.Record {
+	t.Helper()
+	var ev events.RawEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		t.Fatal(err)
+	}
+	var r idempotency.Record
+	switch ev.Type {
+	case events.OrderCreatedType:
+		var d events.OrderCreated
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		r = idempotency.Created(d)
+	default:
+		var d events.OrderRejected
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		r = idempotency.Rejected(d)
+	}
+	r.DecidedUnixNano = ev.Time.UnixNano()
+	return r
+}
+
+// TestRedeliveryStoresTheStoredDecision: a crash after the claim (the stored
+// response) and before the event leaves the key answered; the redelivery,
+// later and on any processor, stores the event of exactly that decision,
+// byte for byte, whatever its own clock says, both for a decision and for a
+// rejection stored when the processor gave up.
+func TestRedeliveryStoresTheStoredDecision(t *testing.T) {
+	t.Parallel()
+	hundred := int64(100)
+	cmd := command(nonce1, key, "fp", &hundred)
+	at := time.Date(2026, 11, 30, 17, 0, 0, 123456789, time.UTC)
+	for name, want := range map[string]Decision{
+		"decided":  Decide(cmd, id1, at),
+		"given up": givingUp(cmd, id1, at),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, giveUp := range []bool{false, true} {
+				claims := &fakeClaims{m: map[string]idempotency.Record{key: want.Record}}
+				store := &fakeEvents{}
+				h := newHandler(t, claims, store)
+				h.now = func() time.Time { return at.Add(time.Hour) }
+				var err error
+				if giveUp {
+					err = h.GiveUp(context.Background(), delivery(t, cmd, 1, 10), errors.New("boom"))
+				} else {
+					err = h.Handle(context.Background(), delivery(t, cmd, 1, 2))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := store.stored[id1]; !bytes.Equal(got, want.Event) {
+					t.Fatalf("give up %v: stored event\n%s\nwant\n%s", giveUp, got, want.Event)
+				}
+				if !bytes.Equal(claims.m[key].Encode(), want.Record.Encode()) {
+					t.Fatal("the stored response changed")
+				}
+			}
+		})
+	}
+}
+
+// TestBeforeClaimFailureLeavesTheKeyFree: a failure before the decision is
+// stored leaves nothing; the next delivery decides.
+func TestBeforeClaimFailureLeavesTheKeyFree(t *testing.T) {
+	t.Parallel()
+	claims, store := &fakeClaims{}, &fakeEvents{}
+	h, err := New(Config{Hooks: Hooks{BeforeClaim: func(_ context.Context, _ events.CreateOrder, delivered int) error {
+		if delivered == 1 {
+			return errors.New("crash")
+		}
+		return nil
+	}}}, Deps{Claims: claims, Events: store}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := command(nonce1, key, "fp", nil)
+	if err := h.Handle(context.Background(), delivery(t, cmd, 1, 1)); err == nil || len(claims.m) != 0 || store.appends != 0 {
+		t.Fatalf("first delivery: %v, %d claims, %d appends", err, len(claims.m), store.appends)
+	}
+	if err := h.Handle(context.Background(), delivery(t, cmd, 1, 2)); err != nil || store.event(t, id1).Type != events.OrderCreatedType {
+		t.Fatalf("second delivery: %v", err)
 	}
 }
 
@@ -209,8 +305,10 @@ func TestCreateOrderFailures(t *testing.T) {
 }
 
 // TestGiveUpAnswersForTheKey: a command given up stores processing_failed
-// when its order holds the key (or nobody does), nothing when another order
-// holds it, and nothing for a command it cannot read.
+// when nobody holds the key (or its order holds a pending claim of an
+// earlier version), nothing when another order holds it, and nothing for a
+// command it cannot read. (A key that holds the order's own decision: see
+// TestRedeliveryStoresTheStoredDecision.)
 func TestGiveUpAnswersForTheKey(t *testing.T) {
 	t.Parallel()
 	cmd := command(nonce1, key, "fp", nil)
@@ -219,7 +317,7 @@ func TestGiveUpAnswersForTheKey(t *testing.T) {
 		held   *idempotency.Record
 		stored bool
 	}{
-		{"its own claim", &idempotency.Record{State: idempotency.StatePending, OrderID: id1, Fingerprint: "fp"}, true},
+		{"its own pending claim (earlier versions)", &idempotency.Record{State: idempotency.StatePending, OrderID: id1, Fingerprint: "fp"}, true},
 		{"nobody claimed the key yet", nil, true},
 		{"another order holds the key", &idempotency.Record{State: idempotency.StatePending, OrderID: id2, Fingerprint: "fp"}, false},
 	}
@@ -241,6 +339,9 @@ func TestGiveUpAnswersForTheKey(t *testing.T) {
 				var d events.OrderRejected
 				if err := json.Unmarshal(store.event(t, id1).Data, &d); err != nil || d.Reason != events.ReasonProcessingFailed {
 					t.Fatalf("rejection %+v %v", d, err)
+				}
+				if tc.held == nil && (claims.m[key].Status != 422 || !bytes.Equal(claims.m[key].Encode(), responseOf(t, store.stored[id1]).Encode())) {
+					t.Fatalf("the key's answer is not the rejection: %q", claims.m[key].Encode())
 				}
 			}
 		})
@@ -291,9 +392,8 @@ func TestDecideIsDeterministic(t *testing.T) {
 	t.Parallel()
 	cmd := command(nonce1, key, "fp", nil)
 	at := time.Unix(1700000000, 5)
-	k1, a := Decide(cmd, id1, at)
-	k2, b := Decide(cmd, id1, at)
-	if k1 != k2 || string(a) != string(b) {
+	a, b := Decide(cmd, id1, at), Decide(cmd, id1, at)
+	if a.Kind != b.Kind || !bytes.Equal(a.Event, b.Event) || !bytes.Equal(a.Record.Encode(), b.Record.Encode()) {
 		t.Fatal("Decide is not a function of its inputs")
 	}
 }

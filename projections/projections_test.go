@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/processor"
 )
 
 func event[T any](typ string, k events.Kind, id string, at time.Time, d T) []byte {
@@ -128,5 +129,31 @@ func TestProjectorHandle(t *testing.T) {
 	}
 	if _, err := NewProjector(ProjectorConfig{}, &fakeResults{}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)); err == nil {
 		t.Fatal("projector without a result TTL accepted")
+	}
+}
+
+// TestProjectMakesTheProcessorsResponse: the response the processor stores
+// as its claim (ADR 0009) is the one Project makes of the decision's event,
+// byte for byte, so that a rebuild, or a projector run again, writes what
+// clients were answered.
+func TestProjectMakesTheProcessorsResponse(t *testing.T) {
+	t.Parallel()
+	total, wrong := int64(10), int64(11)
+	at := time.Date(2026, 11, 30, 17, 0, 0, 987654321, time.FixedZone("CET", 3600))
+	for name, req := range map[string]events.OrderRequest{
+		"created":        {CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 2, UnitPrice: 5}}, Total: &total},
+		"total mismatch": {CustomerID: "c\u00e9\"", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 2, UnitPrice: 5}}, Total: &wrong},
+		"no items":       {CustomerID: "c", Currency: "EUR"},
+	} {
+		cmd := events.CreateOrder{Type: events.CreateOrderType, Nonce: "N0NCE0000000A", Tenant: "t", KeyHash: idempotency.KeyHash("t", "k"),
+			Fingerprint: "fp", AcceptedAt: at.Add(-time.Second), Request: req}
+		d := processor.Decide(cmd, events.OrderID(9, cmd.Nonce), at)
+		p, err := Project(d.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Record == nil || !bytes.Equal(p.Record.Encode(), d.Record.Encode()) {
+			t.Fatalf("%s: projected %v, the processor stores %q", name, p.Record, d.Record.Encode())
+		}
 	}
 }

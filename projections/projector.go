@@ -47,6 +47,7 @@ func Project(data []byte) (Projection, error) {
 			return Projection{}, fmt.Errorf("decode %s: %w", ev.Type, err)
 		}
 		r := idempotency.Created(d)
+		r.DecidedUnixNano = ev.Time.UnixNano()
 		o := idempotency.Order{Tenant: d.Tenant, Status: idempotency.StatusCreated, Body: r.Body}
 		return Projection{OrderID: d.OrderID, Order: o, Key: d.IdempotencyKeyHash, Record: &r, At: ev.Time}, nil
 	case events.OrderRejectedType:
@@ -57,6 +58,7 @@ func Project(data []byte) (Projection, error) {
 		p := Projection{OrderID: d.OrderID, Order: idempotency.RejectedOrder(d), Key: d.IdempotencyKeyHash, At: ev.Time}
 		if d.HoldsKey() {
 			r := idempotency.Rejected(d)
+			r.DecidedUnixNano = ev.Time.UnixNano()
 			p.Record = &r
 		}
 		return p, nil

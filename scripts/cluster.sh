@@ -2,7 +2,7 @@
 # The topology of docker-compose.yml on one machine, without Docker, from the
 # same config files (deploy/nats/node.conf, deploy/haproxy/haproxy.cfg):
 # three nats-server processes built from the pinned Go module, orderly setup
-# (R3), two APIs, two processors, a projector, and HAProxy (Debian's package)
+# (R3), two APIs, two processors, and HAProxy (Debian's package)
 # in front of the APIs.
 #
 #   scripts/cluster.sh up       start it; prints the URLs (idempotent: a running cluster is kept)
@@ -16,7 +16,7 @@
 #
 # Everything lives in .cluster/ (binaries, keys, data, logs). Ports are
 # CLUSTER_BASE (19000) plus: 80 balancer, 81-82 APIs, 83-84 processors,
-# 85 projector, 221-223 NATS clients, 621-623 routes, 821-823 NATS monitoring,
+# 221-223 NATS clients, 621-623 routes, 821-823 NATS monitoring,
 # 404 balancer stats. CHECK_DURATION (60s) sets the length of the check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -94,7 +94,6 @@ up() {
   start_role api-2 api api $((BASE + 82))
   start_role processor-1 processor processor $((BASE + 83))
   start_role processor-2 processor processor $((BASE + 84))
-  start_role projector projector projector $((BASE + 85))
   for p in 81 82 83 84 85; do
     wait_for "the orderly process on :$((BASE + p))" 60 "$ORDERLY" healthcheck --url "http://127.0.0.1:$((BASE + p))/readyz"
   done
@@ -122,13 +121,13 @@ stop_one() {
 
 down() {
   [ -d "$DIR/pids" ] || { say "no cluster"; return 0; }
-  for n in lb api-1 api-2 processor-1 processor-2 projector nats-1 nats-2 nats-3; do stop_one "$n"; done
+  for n in lb api-1 api-2 processor-1 processor-2 nats-1 nats-2 nats-3; do stop_one "$n"; done
   rm -rf "$DIR"
   say "cluster down"
 }
 
 status() {
-  for n in nats-1 nats-2 nats-3 api-1 api-2 processor-1 processor-2 projector lb; do
+  for n in nats-1 nats-2 nats-3 api-1 api-2 processor-1 processor-2 lb; do
     if running "$n"; then echo "$n running (pid $(cat "$DIR/pids/$n"))"; else echo "$n stopped"; fi
   done
   "$ORDERLY" status --nats-url "$NATS_URLS" --nats-nkey "$CREDS/operator.nk"
@@ -170,7 +169,7 @@ rss_mib() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
 # process spent: CPU per 1,000 orders and resident memory after the run.
 bench() {
   up
-  local procs="nats-1 nats-2 nats-3 api-1 api-2 processor-1 processor-2 projector lb" hz
+  local procs="nats-1 nats-2 nats-3 api-1 api-2 processor-1 processor-2 lb" hz
   hz=$(getconf CLK_TCK)
   for mode in sync async; do
     local flag="" before=() n

@@ -16,13 +16,16 @@ type SetupCmd struct {
 	StartupTimeout time.Duration `name:"startup-timeout" env:"ORDERLY_STARTUP_TIMEOUT" default:"2m" help:"How long to wait for NATS and JetStream (a cluster that is still forming)."`
 	CredFlags
 	TopologyFlags
+	Projector bool `name:"projector" env:"ORDERLY_SETUP_PROJECTOR" help:"Create the projector's durable consumer too, for 'orderly projector' processes (optional: the processor stores each key's response itself)."`
 }
 
 // Run sets the topology up.
 func (c *SetupCmd) Run(g *globals) error {
+	topo := c.topology()
+	topo.Projector = c.Projector
 	err := server.Setup(g.ctx, server.SetupConfig{
 		Connect:  jsstore.ConnectConfig{URL: c.NATSURL, Name: "setup", Credentials: c.credentials()},
-		Topology: c.topology(), StartupTimeout: c.StartupTimeout,
+		Topology: topo, StartupTimeout: c.StartupTimeout,
 	}, g.logger)
 	if errors.Is(err, jsstore.ErrReplicas) {
 		return fmt.Errorf("%w\n(the existing streams are left as they are)", err)
@@ -30,7 +33,11 @@ func (c *SetupCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("topology ready: streams ORDER_COMMANDS, ORDER_EVENTS, ORDER_COMMANDS_DLQ, bucket ORDER_RESULTS, consumers processor and projector")
+	consumers := "consumer processor"
+	if c.Projector {
+		consumers = "consumers processor and projector"
+	}
+	fmt.Println("topology ready: streams ORDER_COMMANDS, ORDER_EVENTS, ORDER_COMMANDS_DLQ, bucket ORDER_RESULTS, " + consumers)
 	return nil
 }
 

@@ -114,7 +114,7 @@ func TestReplayOfAProcessingFailedOrderChangesNothing(t *testing.T) {
 	t.Parallel()
 	cfg := orderlytest.Config(t)
 	cfg.Processor.MaxAttempts = 2
-	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
+	cfg.ProcessorHooks = processor.Hooks{BeforeClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
 		if cmd.Request.CustomerID == "c-poison" {
 			return errors.New("injected: poison")
 		}
@@ -153,7 +153,7 @@ func TestEvictFreesOnlyAStuckPendingKey(t *testing.T) {
 	ctx := context.Background()
 	release := make(chan struct{})
 	cfg := orderlytest.Config(t)
-	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(ctx context.Context, cmd events.CreateOrder, _ int) error {
+	cfg.ProcessorHooks = processor.Hooks{BeforeClaim: func(ctx context.Context, cmd events.CreateOrder, _ int) error {
 		if cmd.Request.CustomerID == "c-slow" {
 			select {
 			case <-release:
@@ -220,10 +220,14 @@ func TestEvictFreesOnlyAStuckPendingKey(t *testing.T) {
 		t.Fatalf("after the eviction: %d %s", freed.Status, freed.Body)
 	}
 
-	// A key whose order a processor holds right now.
+	// A key claimed pending (as versions before ADR 0009 did) for an order
+	// whose command a processor holds right now.
 	slow := inst.PostOrder(t, "slow-1", orderlytest.Order("c-slow"), "Prefer: respond-async")
 	if slow.Status != http.StatusAccepted {
 		t.Fatalf("%d %s", slow.Status, slow.Body)
+	}
+	if _, won, err := results.Claim(ctx, hash("slow-1"), idempotency.Pending(slow.JSON(t)["id"].(string), "fp")); err != nil || !won {
+		t.Fatalf("claim: %v %v", won, err)
 	}
 	orderlytest.Eventually(t, 10*time.Second, "the claim", func() bool {
 		k, err = admin.LookUp(ctx, js, hash("slow-1"))

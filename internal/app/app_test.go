@@ -431,6 +431,50 @@ func TestOrder(t *testing.T) {
 	}
 }
 
+// TestOrderWhoseResponseIsStoredBeforeItsEvent: the processor stores the
+// key's response first and the event just after (ADR 0009). A read in
+// between waits for the event; one that outlasts the wait (a crash between
+// the two) shows a created order from its stored response, and a rejection
+// as pending until its event is stored. The response of another order of the
+// key changes nothing.
+func TestOrderWhoseResponseIsStoredBeforeItsEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	seq, _, _ := f.commands.Publish(ctx, events.CreateOrder{Tenant: "t", KeyHash: key, Nonce: "N0NCE0000000A", AcceptedAt: time.Now()})
+	id := events.OrderID(seq, "N0NCE0000000A")
+
+	// Another order holds the key: pending at once.
+	f.results.m[key] = completed(events.OrderID(99, "N0NCE0000000A"), "fp")
+	begin := time.Now()
+	if o, err := f.svc.Order(ctx, "t", id, 0); err != nil || o.Status != idempotency.StatusPending || time.Since(begin) > eventLag/2 {
+		t.Fatalf("another order's response: %+v %v after %s", o, err, time.Since(begin))
+	}
+	// Its own response, the event a moment later: the event's order.
+	f.results.m[key] = idempotency.Record{State: idempotency.StateCompleted, OrderID: id, Fingerprint: "fp", Status: 201, Body: []byte(`{"from":"response"}`)}
+	time.AfterFunc(50*time.Millisecond, func() {
+		f.orders.mu.Lock()
+		f.orders.m[id] = idempotency.Order{Tenant: "t", Status: idempotency.StatusCreated, Body: []byte(`{"from":"event"}`)}
+		f.orders.mu.Unlock()
+	})
+	if o, err := f.svc.Order(ctx, "t", id, 0); err != nil || string(o.Body) != `{"from":"event"}` {
+		t.Fatalf("event a moment later: %+v %v", o, err)
+	}
+	// No event within the wait: a created order from its response.
+	f.orders.mu.Lock()
+	delete(f.orders.m, id)
+	f.orders.mu.Unlock()
+	o, err := f.svc.Order(ctx, "t", id, 0)
+	if err != nil || o.Status != idempotency.StatusCreated || string(o.Body) != `{"from":"response"}` {
+		t.Fatalf("created, no event yet: %+v %v", o, err)
+	}
+	// A stored rejection without its event: pending.
+	f.results.m[key] = idempotency.Record{State: idempotency.StateCompleted, OrderID: id, Fingerprint: "fp", Status: 422, Body: []byte(`{}`)}
+	if o, err := f.svc.Order(ctx, "t", id, 0); err != nil || o.Status != idempotency.StatusPending {
+		t.Fatalf("rejected, no event yet: %+v %v", o, err)
+	}
+}
+
 func TestNewServiceChecksDependencies(t *testing.T) {
 	t.Parallel()
 	if _, err := NewService(Config{}, Deps{}, slog.New(slog.DiscardHandler)); err == nil {

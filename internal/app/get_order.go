@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
@@ -81,7 +82,40 @@ func (s *Service) currentOrder(ctx context.Context, tenant, orderID string) (o i
 	if !found || cmd.Tenant != tenant {
 		return idempotency.Order{}, nil, ErrNotFound
 	}
-	return idempotency.PendingOrder(cmd, orderID), nil, nil
+	return s.decidedWithoutEvent(ctx, cmd, orderID)
+}
+
+// eventLag bounds how long a read waits for the event of an order whose
+// response is stored: the processor stores the response first, as the claim
+// of the key, and the event just after it (ADR 0009).
+const eventLag = 500 * time.Millisecond
+
+// decidedWithoutEvent is the order of a command whose event is not stored:
+// pending, unless its key already holds its decision. Then the event is at
+// most a moment away (or a redelivery away, after a crash): the read waits
+// for it up to eventLag, and a created order is rendered from its stored
+// response (the same bytes as from its event) if the event is later still.
+func (s *Service) decidedWithoutEvent(ctx context.Context, cmd events.CreateOrder, orderID string) (idempotency.Order, []byte, error) {
+	pending := idempotency.PendingOrder(cmd, orderID)
+	r, found, err := s.peek(ctx, cmd.KeyHash)
+	if err != nil || !found || !r.Completed() || r.OrderID != orderID {
+		return pending, nil, nil
+	}
+	for deadline := time.Now().Add(eventLag); time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return pending, nil, nil
+		case <-time.After(5 * time.Millisecond):
+		}
+		o, event, found, err := s.deps.Orders.Decided(ctx, orderID)
+		if err == nil && found {
+			return o, event, nil
+		}
+	}
+	if r.Status == http.StatusCreated {
+		return idempotency.Order{Tenant: cmd.Tenant, Status: idempotency.StatusCreated, Body: r.Body}, nil, nil
+	}
+	return pending, nil, nil
 }
 
 // OrderEvents returns the JSON array of the order's events, oldest first, each

@@ -182,8 +182,9 @@ func mustDecode(body []byte) events.OrderRequest {
 	return req
 }
 
-// WaitIdle waits until orderly's processor and projector consumers have
-// nothing pending (the work a run left behind is done), or timeout passes.
+// WaitIdle waits until orderly's processor consumer, and the optional
+// projector's when it exists, have nothing pending (the work a run left
+// behind is done), or timeout passes.
 func WaitIdle(ctx context.Context, natsURL string, creds jsstore.Credentials, timeout time.Duration, progress io.Writer) error {
 	js, err := jsstore.DialJetStream(natsURL, creds, "orderly-bench")
 	if err != nil {
@@ -195,6 +196,9 @@ func WaitIdle(ctx context.Context, natsURL string, creds jsstore.Credentials, ti
 		pending := uint64(0)
 		for _, c := range [][2]string{{events.CommandStream, "processor"}, {events.EventStream, "projector"}} {
 			cons, err := js.Consumer(ctx, c[0], c[1])
+			if c[1] == "projector" && errors.Is(err, jetstream.ErrConsumerNotFound) {
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("waiting for the backlog: %w", err)
 			}

@@ -64,6 +64,10 @@ type Topology struct {
 	// AckWait is how long a consumer waits for an ack before it redelivers.
 	// A pipeline's attempts must be shorter (internal/pipeline checks).
 	AckWait time.Duration
+	// Projector makes Ensure create the projector's durable consumer too. The
+	// projector is optional (ADR 0009): the processor stores each key's
+	// response itself. Ensure never deletes the consumer.
+	Projector bool
 }
 
 // DefaultTopology is the topology of a standalone orderly.
@@ -253,13 +257,19 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, logger *sl
 			return fmt.Errorf("stream %s: %w", want.Name, err)
 		}
 	}
-	for _, c := range []struct {
+	consumers := []struct {
 		stream string
 		want   jetstream.ConsumerConfig
 	}{
 		{events.CommandStream, t.ProcessorConsumerConfig()},
-		{events.EventStream, t.ProjectorConsumerConfig()},
-	} {
+	}
+	if t.Projector {
+		consumers = append(consumers, struct {
+			stream string
+			want   jetstream.ConsumerConfig
+		}{events.EventStream, t.ProjectorConsumerConfig()})
+	}
+	for _, c := range consumers {
 		if err := t.ensureConsumer(ctx, js, c.stream, c.want, logger); err != nil {
 			return fmt.Errorf("consumer %s on %s: %w", c.want.Durable, c.stream, err)
 		}

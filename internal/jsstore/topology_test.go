@@ -83,8 +83,20 @@ func TestEnsureCreatesOnceThenChangesNothing(t *testing.T) {
 	if err := topo.Ensure(ctx, js, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := js.changes.Load(); n != 6 {
-		t.Fatalf("%d creates, want 4 streams and 2 consumers", n)
+	if n := js.changes.Load(); n != 5 {
+		t.Fatalf("%d creates, want 4 streams and the processor's consumer", n)
+	}
+	if _, err := js.Consumer(ctx, events.EventStream, jsstore.ProjectorConsumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("the optional projector's consumer: %v, want it not created", err)
+	}
+	// The projector asked for: its consumer is added, and nothing else changes.
+	js.changes.Store(0)
+	topo.Projector = true
+	if err := topo.Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := js.changes.Load(); n != 1 {
+		t.Fatalf("%d creates, want the projector's consumer", n)
 	}
 	js.changes.Store(0)
 	for i := 0; i < 3; i++ {

@@ -231,6 +231,7 @@ func Setup(tb testing.TB, urls string, creds natsauth.Credentials, replicas int)
 	tb.Helper()
 	topo := jsstore.DefaultTopology()
 	topo.Replicas = replicas
+	topo.Projector = true // for the tests that run the optional projector
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := orderlyserver.Setup(ctx, orderlyserver.SetupConfig{

@@ -15,6 +15,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -83,10 +84,23 @@ func TestProcessorCrashOrTimeoutMidCommand(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	counts := orderlytest.CreatedByKey(t, inst.JetStream(t))
+	// The answers come from the stored responses; the events of the faulted
+	// orders follow with their redeliveries.
+	var counts map[string]int
+	orderlytest.Eventually(t, 20*time.Second, "every order's event", func() bool {
+		counts = orderlytest.CreatedByKey(t, inst.JetStream(t))
+		return len(counts) == len(customers)
+	})
 	for _, c := range customers {
 		if n := counts[idempotency.KeyHash(api.DefaultTenant, "fault-"+c)]; n != 1 {
 			t.Errorf("%s: %d OrderCreated, want 1", c, n)
+		}
+		// The event stored after the crash is the decision the response was
+		// made of: the order reads back as the 201 said, byte for byte.
+		answer := inst.PostOrder(t, "fault-"+c, orderlytest.Order(c))
+		got := orderlytest.Do(t, http.MethodGet, inst.URL+answer.Header.Get("Location"), nil)
+		if got.Status != http.StatusOK || string(got.Body) != string(answer.Body) {
+			t.Errorf("%s: GET %d %s, the 201 said %s", c, got.Status, got.Body, answer.Body)
 		}
 	}
 	for _, c := range customers[:3] {
@@ -104,7 +118,7 @@ func TestPoisonCommandIsDeadLettered(t *testing.T) {
 	cfg := orderlytest.Config(t)
 	cfg.Processor.MaxAttempts = 3
 	var calls hookCalls
-	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
+	cfg.ProcessorHooks = processor.Hooks{BeforeClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
 		if cmd.Request.CustomerID == "c-poison" {
 			calls.add("c-poison")
 			return errors.New("injected: the warehouse rejects this customer")
@@ -152,49 +166,56 @@ func TestPoisonCommandIsDeadLettered(t *testing.T) {
 	}
 }
 
-// TestProjectorDown: without the projector the API still accepts (202); orders
-// read from their events show the decision, retries of a key wait for the
-// projector (409), and the read model catches up when it comes back.
-func TestProjectorDown(t *testing.T) {
+// TestProjectorIsOptional: without a projector every order is answered
+// (201), replayed and read back, because the processor stores each key's
+// response as its claim (ADR 0009). A projector started afterwards writes
+// the same responses again from the events: every key's stored bytes stay
+// as they were.
+func TestProjectorIsOptional(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	cfg := orderlytest.Config(t)
 	cfg.Roles = server.Roles{API: true, Processor: true}
-	cfg.API.Wait = 300 * time.Millisecond
+	cfg.Topology.Projector = true // the optional projector's consumer, for the one started below
 	inst := orderlytest.Start(t, cfg)
-	var locs []string
-	for _, key := range []string{"proj-1", "proj-2", "proj-3"} {
+	js := inst.JetStream(t)
+	results, err := jsstore.OpenResults(ctx, js, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"proj-1", "proj-2", "proj-3"}
+	stored := map[string][]byte{}
+	for _, key := range keys {
 		r := inst.PostOrder(t, key, orderlytest.Order("c-1"))
-		if r.Status != http.StatusAccepted {
+		if r.Status != http.StatusCreated {
 			t.Fatalf("%s without projector: %d %s", key, r.Status, r.Body)
 		}
-		locs = append(locs, r.Header.Get("Location"))
-	}
-	// The processor decided (the events are stored), the read models lag.
-	if n := len(orderlytest.Events(t, inst.JetStream(t))); n != 3 {
-		t.Fatalf("%d events, want 3", n)
-	}
-	if g := orderlytest.Do(t, http.MethodGet, inst.URL+locs[0], nil); g.JSON(t)["status"] != "created" {
-		t.Fatalf("GET before the projector: %s", g.Body)
-	}
-	if r := inst.PostOrder(t, "proj-1", orderlytest.Order("c-1")); r.Status != http.StatusConflict {
-		t.Fatalf("a retry before the projector: %d %s", r.Status, r.Body)
+		if g := orderlytest.Do(t, http.MethodGet, inst.URL+r.Header.Get("Location"), nil); g.Status != http.StatusOK || string(g.Body) != string(r.Body) {
+			t.Fatalf("GET %s: %d %s", key, g.Status, g.Body)
+		}
+		if again := inst.PostOrder(t, key, orderlytest.Order("c-1")); again.Status != http.StatusCreated || string(again.Body) != string(r.Body) ||
+			again.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("a retry of %s: %d %s", key, again.Status, again.Body)
+		}
+		rec, ok, err := results.Get(ctx, idempotency.KeyHash(api.DefaultTenant, key))
+		if err != nil || !ok {
+			t.Fatalf("record of %s: %v %v", key, ok, err)
+		}
+		stored[key] = rec.Encode()
 	}
 
 	pcfg := orderlytest.Config(t)
 	pcfg.Roles = server.Roles{Projector: true}
 	orderlytest.Attach(&pcfg, inst.NATSURL(), inst.Creds, natsauth.Projector)
-	back := time.Now()
 	orderlytest.Start(t, pcfg)
-	defer func() {
-		t.Logf("recovery: the read models caught up %s after the projector started", time.Since(back).Round(10*time.Millisecond))
-	}()
-	for i, key := range []string{"proj-1", "proj-2", "proj-3"} {
-		r := inst.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: wait=10")
-		if r.Status != http.StatusCreated || r.Header.Get("Location") != locs[i] || r.Header.Get("Idempotent-Replayed") != "true" {
-			t.Fatalf("%s after the projector caught up: %d %s", key, r.Status, r.Body)
+	settled(t, js)
+	for _, key := range keys {
+		rec, revision, _, err := results.Revision(ctx, idempotency.KeyHash(api.DefaultTenant, key))
+		if err != nil || string(rec.Encode()) != string(stored[key]) {
+			t.Fatalf("%s after the projector: %q (%v), the processor stored %q", key, rec.Encode(), err, stored[key])
 		}
-		if g := orderlytest.Do(t, http.MethodGet, inst.URL+locs[i], nil); g.JSON(t)["status"] != "created" {
-			t.Fatalf("GET %s: %s", locs[i], g.Body)
+		if revision < 2 {
+			t.Fatalf("%s: revision %d: the projector did not write it again", key, revision)
 		}
 	}
 }
@@ -207,7 +228,7 @@ func TestPanickingHandlerIsDeadLettered(t *testing.T) {
 	cfg := orderlytest.Config(t)
 	cfg.Processor.MaxAttempts = 3
 	var calls hookCalls
-	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
+	cfg.ProcessorHooks = processor.Hooks{BeforeClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
 		if cmd.Request.CustomerID == "c-panic" {
 			calls.add("c-panic")
 			panic("injected: handler bug")
@@ -233,6 +254,51 @@ func TestPanickingHandlerIsDeadLettered(t *testing.T) {
 	})
 	if !strings.Contains(m.Header.Get("reason_poisoned"), "injected: handler bug") {
 		t.Fatalf("dead letter reason %q", m.Header.Get("reason_poisoned"))
+	}
+}
+
+// TestFailureAfterTheDecisionKeepsIt: once the key holds the order's
+// decision (its stored response, ADR 0009), the answer is sent and stands: a
+// handler that then fails on every delivery does not turn it into a
+// rejection. After the bounded deliveries the command is dead-lettered and
+// the event of that same decision is stored, once.
+func TestFailureAfterTheDecisionKeepsIt(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Processor.MaxAttempts = 3
+	var calls hookCalls
+	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
+		if cmd.Request.CustomerID == "c-after" {
+			calls.add("c-after")
+			return errors.New("injected: fails after the decision is stored")
+		}
+		return nil
+	}}
+	inst := orderlytest.Start(t, cfg)
+	r := inst.PostOrder(t, "after-1", orderlytest.Order("c-after"), "Prefer: wait=20")
+	if r.Status != http.StatusCreated {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	js := inst.JetStream(t)
+	dlq, err := js.Stream(context.Background(), events.DeadLetterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orderlytest.Eventually(t, 20*time.Second, "the dead letter", func() bool {
+		_, err = dlq.GetLastMsgForSubject(context.Background(), events.DeadLetterSubject)
+		return err == nil
+	})
+	if n := calls.get("c-after"); n != cfg.Processor.MaxAttempts {
+		t.Fatalf("%d deliveries, want the bound of %d", n, cfg.Processor.MaxAttempts)
+	}
+	evs := orderlytest.Events(t, js)
+	if len(evs) != 1 || evs[0].Type != events.OrderCreatedType || evs[0].Subject != r.JSON(t)["id"] {
+		t.Fatalf("events %+v, want the one OrderCreated of %s", evs, r.JSON(t)["id"])
+	}
+	got := orderlytest.Do(t, http.MethodGet, inst.URL+r.Header.Get("Location"), nil)
+	replay := inst.PostOrder(t, "after-1", orderlytest.Order("c-after"))
+	if got.Status != http.StatusOK || string(got.Body) != string(r.Body) || replay.Status != http.StatusCreated || string(replay.Body) != string(r.Body) {
+		t.Fatalf("GET %d %s, replay %d %s; the answer was %s", got.Status, got.Body, replay.Status, replay.Body, r.Body)
 	}
 }
 

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -81,12 +82,16 @@ func (c *clients) end() map[string][]answer {
 	return c.answers
 }
 
-// settled waits until the processor and the projector have nothing pending.
+// settled waits until the processor, and the optional projector when its
+// consumer exists, have nothing pending.
 func settled(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	orderlytest.Eventually(t, 60*time.Second, "processing to settle", func() bool {
 		for stream, name := range map[string]string{events.CommandStream: jsstore.ProcessorConsumer, events.EventStream: jsstore.ProjectorConsumer} {
 			c, err := js.Consumer(context.Background(), stream, name)
+			if name == jsstore.ProjectorConsumer && errors.Is(err, jetstream.ErrConsumerNotFound) {
+				continue
+			}
 			if err != nil {
 				return false
 			}
@@ -246,13 +251,14 @@ func TestProcessorNetworkFaultsAreNotPoison(t *testing.T) {
 	}
 }
 
-// TestProjectorNetworkFaults: the projector's acks and deliveries are
-// delayed, then its connection drops everything: every result is stored in
-// the end, and retries replay them.
+// TestProjectorNetworkFaults: the optional projector's acks and deliveries
+// are delayed, then its connection drops everything: every result is stored
+// in the end, and retries replay them.
 func TestProjectorNetworkFaults(t *testing.T) {
 	t.Parallel()
 	cfg := orderlytest.Config(t)
 	cfg.Roles = server.Roles{API: true, Processor: true}
+	cfg.Topology.Projector = true // the optional projector's consumer, for the one started below
 	cfg.API.Wait = 200 * time.Millisecond
 	core := orderlytest.Start(t, cfg)
 	proxy := orderlytest.NewProxy(t, core.NATSURL())

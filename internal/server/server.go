@@ -57,8 +57,10 @@ type Roles struct {
 	API, Processor, Projector bool
 }
 
-// AllRoles runs every component (orderly serve).
-var AllRoles = Roles{API: true, Processor: true, Projector: true}
+// DefaultRoles are the components orderly serve runs: the API and the
+// processor. The projector is optional (ADR 0009): the processor stores each
+// key's response as its claim.
+var DefaultRoles = Roles{API: true, Processor: true}
 
 // Config configures a process.
 type Config struct {
@@ -170,7 +172,7 @@ func (l HTTPLimits) maxConns() int {
 // DefaultConfig is the configuration of orderly serve.
 func DefaultConfig() Config {
 	return Config{
-		Roles:      AllRoles,
+		Roles:      DefaultRoles,
 		HTTPAddr:   "127.0.0.1:8080",
 		DataDir:    "./data",
 		NATSListen: "127.0.0.1:4222",
@@ -437,7 +439,9 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		}
 		setup := jsstore.ConnectConfig{URL: ccfg.URL, InProcess: ccfg.InProcess, Name: "setup",
 			Credentials: jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Operator)}}
-		if err := Setup(ctx, SetupConfig{Connect: setup, Topology: s.cfg.Topology, StartupTimeout: s.cfg.StartupTimeout}, s.logger); err != nil {
+		topo := s.cfg.Topology
+		topo.Projector = topo.Projector || s.cfg.Roles.Projector
+		if err := Setup(ctx, SetupConfig{Connect: setup, Topology: topo, StartupTimeout: s.cfg.StartupTimeout}, s.logger); err != nil {
 			return nil, err
 		}
 		ccfg.Credentials = jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Serve)}

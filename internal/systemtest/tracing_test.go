@@ -15,6 +15,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
+	"github.com/orderly-dev/orderly/internal/server"
 	"github.com/orderly-dev/orderly/processor"
 )
 
@@ -54,8 +55,9 @@ func TestTraceTravelsFromTheRequestToTheEventsAndTheLogs(t *testing.T) {
 	logs := &orderlytest.Buffer{}
 	cfg := orderlytest.Config(t)
 	cfg.Tracing.Exporter = exp
+	cfg.Roles = server.Roles{API: true, Processor: true, Projector: true} // the optional projector too: its span is the processor's child
 	cfg.Processor.MaxAttempts = 2
-	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
+	cfg.ProcessorHooks = processor.Hooks{BeforeClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
 		if cmd.Request.CustomerID == "c-poison" {
 			return errors.New("injected: poison")
 		}
@@ -71,13 +73,16 @@ func TestTraceTravelsFromTheRequestToTheEventsAndTheLogs(t *testing.T) {
 	}
 	orderID, _ := r.JSON(t)["id"].(string)
 
-	evs := orderlytest.Events(t, js)
+	// The answer is the stored response; the event follows it (ADR 0009).
 	var ev events.RawEvent
-	for _, e := range evs {
-		if e.Subject == orderID {
-			ev = e
+	orderlytest.Eventually(t, 10*time.Second, "the order's event", func() bool {
+		for _, e := range orderlytest.Events(t, js) {
+			if e.Subject == orderID {
+				ev = e
+			}
 		}
-	}
+		return ev.Subject == orderID
+	})
 	if !strings.HasPrefix(ev.TraceParent, "00-"+trace+"-") {
 		t.Fatalf("the event's traceparent is %q, want trace %s", ev.TraceParent, trace)
 	}
@@ -107,11 +112,14 @@ func TestTraceTravelsFromTheRequestToTheEventsAndTheLogs(t *testing.T) {
 	// Without a traceparent, a new trace does the same journey.
 	r = inst.PostOrder(t, "traced-2", orderlytest.Order("c-2"), "Prefer: wait=10")
 	orderID, _ = r.JSON(t)["id"].(string)
-	for _, e := range orderlytest.Events(t, js) {
-		if e.Subject == orderID {
-			ev = e
+	orderlytest.Eventually(t, 10*time.Second, "the order's event", func() bool {
+		for _, e := range orderlytest.Events(t, js) {
+			if e.Subject == orderID {
+				ev = e
+			}
 		}
-	}
+		return ev.Subject == orderID
+	})
 	fresh := strings.Split(ev.TraceParent, "-")
 	if len(fresh) != 4 || fresh[1] == trace {
 		t.Fatalf("a request without traceparent: event traceparent %q", ev.TraceParent)
