@@ -94,7 +94,7 @@ up() {
   start_role api-2 api api $((BASE + 82))
   start_role processor-1 processor processor $((BASE + 83))
   start_role processor-2 processor processor $((BASE + 84))
-  for p in 81 82 83 84 85; do
+  for p in 81 82 83 84; do
     wait_for "the orderly process on :$((BASE + p))" 60 "$ORDERLY" healthcheck --url "http://127.0.0.1:$((BASE + p))/readyz"
   done
   start lb env LB_BIND="$LB" LB_STATS_BIND="127.0.0.1:$((BASE + 404))" API_1="127.0.0.1:$((BASE + 81))" API_2="127.0.0.1:$((BASE + 82))" \
