@@ -4,8 +4,9 @@
 // itself:
 //
 //   - Commands: ORDER_COMMANDS, where the API publishes CreateOrder commands;
-//   - Results: the ORDER_RESULTS bucket, with the processor's atomic claim, the
-//     projector's stored responses, and the watch that feeds the API's hub;
+//   - Results: the ORDER_RESULTS bucket, with the processor's atomic claim
+//     (the key's stored response, ADR 0009), the optional projector's writes,
+//     and the watch that feeds the API's hub;
 //   - Events: ORDER_EVENTS, the source of truth: append once per order, read
 //     one order, follow the decisions, read everything for a rebuild.
 //
