@@ -20,18 +20,22 @@ import (
 //
 // Claim creates key with claim if the key has no record, atomically: of any
 // number of concurrent callers, on any number of processes, exactly one wins.
-// A caller that loses gets the record that won.
+// A caller that loses gets the record that won. Save overwrites the key's
+// record.
 type Claims interface {
 	Claim(ctx context.Context, key string, claim idempotency.Record) (holder idempotency.Record, won bool, err error)
+	Save(ctx context.Context, key string, rec idempotency.Record) error
 }
 
 // EventStore stores events.
 //
 // Append stores data as the event of kind k about orderID, at most once per
-// order: it returns nil when this or another terminal event of the order is
-// already stored, so that a redelivered command cannot store a second event.
+// order: when a terminal event of the order is already stored it returns nil
+// with stored false, so that a redelivered command cannot store a second
+// event. Event reads the order's stored event.
 type EventStore interface {
-	Append(ctx context.Context, k events.Kind, orderID string, data []byte) error
+	Append(ctx context.Context, k events.Kind, orderID string, data []byte) (stored bool, err error)
+	Event(ctx context.Context, orderID string) (data []byte, ok bool, err error)
 }
 
 // Deps are the processor's ports.
@@ -149,7 +153,45 @@ func (h *Handler) Handle(ctx context.Context, d Delivery) error {
 			return err
 		}
 	}
-	return h.store(ctx, orderID, dec)
+	stored, err := h.store(ctx, orderID, dec)
+	if err != nil || stored || !won {
+		return err
+	}
+	return h.reconcile(ctx, cmd, orderID, dec)
+}
+
+// reconcile runs when this delivery won the key but the order already had an
+// event: an earlier delivery decided it, and the key's response of that
+// decision expired or was evicted before this redelivery (a processor down
+// for longer than the result TTL with the command unacked). The event stands;
+// the key's response is made again from it, so that both say the same.
+func (h *Handler) reconcile(ctx context.Context, cmd events.CreateOrder, orderID string, dec Decision) error {
+	data, ok, err := h.deps.Events.Event(ctx, orderID)
+	if err != nil {
+		return fmt.Errorf("read the stored event of %s: %w", orderID, err)
+	}
+	if !ok || bytes.Equal(data, dec.Event) {
+		// Gone since (past the event retention): the new response stands. Or
+		// this decision's own event, stored by an earlier attempt.
+		return nil
+	}
+	var ev struct {
+		Time time.Time `json:"time"`
+	}
+	if err := gojson.Unmarshal(data, &ev); err != nil {
+		return Permanent(fmt.Errorf("stored event of %s: %w", orderID, err))
+	}
+	for _, c := range []Decision{Decide(cmd, orderID, ev.Time), givingUp(cmd, orderID, ev.Time)} {
+		if bytes.Equal(c.Event, data) {
+			if err := h.deps.Claims.Save(ctx, cmd.KeyHash, c.Record); err != nil {
+				return fmt.Errorf("store the response of %s again: %w", orderID, err)
+			}
+			h.logger.WarnContext(ctx, "the key's response was made again from the order's stored event", "order_id", orderID)
+			return nil
+		}
+	}
+	h.logger.ErrorContext(ctx, "the order's stored event is not a decision this version makes; the key keeps the new response", "order_id", orderID)
+	return nil
 }
 
 // again makes again the decision that holder, the key's record for this
@@ -181,13 +223,17 @@ func (h *Handler) again(cmd events.CreateOrder, orderID string, holder idempoten
 	return candidates[1]
 }
 
-// store appends the decision's event and counts it.
-func (h *Handler) store(ctx context.Context, orderID string, dec Decision) error {
-	if err := h.deps.Events.Append(ctx, dec.Kind, orderID, dec.Event); err != nil {
-		return fmt.Errorf("store %s event of %s: %w", dec.Kind, orderID, err)
+// store appends the decision's event and counts it; stored is false when the
+// order already had an event.
+func (h *Handler) store(ctx context.Context, orderID string, dec Decision) (stored bool, err error) {
+	stored, err = h.deps.Events.Append(ctx, dec.Kind, orderID, dec.Event)
+	if err != nil {
+		return false, fmt.Errorf("store %s event of %s: %w", dec.Kind, orderID, err)
 	}
-	h.decided.WithLabelValues(string(dec.Kind)).Inc()
-	return nil
+	if stored {
+		h.decided.WithLabelValues(string(dec.Kind)).Inc()
+	}
+	return stored, nil
 }
 
 // givingUp is the rejection of an order that cannot be processed.
@@ -221,7 +267,7 @@ func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
 		dec = h.again(cmd, orderID, holder)
 	}
 	// else a pending claim of an earlier version: rejected, as it would have been
-	if err := h.store(ctx, orderID, dec); err != nil {
+	if _, err := h.store(ctx, orderID, dec); err != nil {
 		return err
 	}
 	if dec.reason != events.ReasonProcessingFailed {

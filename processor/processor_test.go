@@ -39,6 +39,19 @@ func (f *fakeClaims) Claim(_ context.Context, key string, claim idempotency.Reco
 	return claim, true, nil
 }
 
+func (f *fakeClaims) Save(_ context.Context, key string, rec idempotency.Record) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	if f.m == nil {
+		f.m = map[string]idempotency.Record{}
+	}
+	f.m[key] = rec
+	return nil
+}
+
 // fakeEvents is an in-memory EventStore keeping the first event of each order.
 type fakeEvents struct {
 	mu      sync.Mutex
@@ -47,20 +60,31 @@ type fakeEvents struct {
 	err     error
 }
 
-func (f *fakeEvents) Append(_ context.Context, _ events.Kind, orderID string, data []byte) error {
+func (f *fakeEvents) Append(_ context.Context, _ events.Kind, orderID string, data []byte) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.appends++
 	if f.err != nil {
-		return f.err
+		return false, f.err
 	}
 	if f.stored == nil {
 		f.stored = map[string][]byte{}
 	}
-	if _, ok := f.stored[orderID]; !ok {
-		f.stored[orderID] = data
+	if _, ok := f.stored[orderID]; ok {
+		return false, nil
 	}
-	return nil
+	f.stored[orderID] = data
+	return true, nil
+}
+
+func (f *fakeEvents) Event(_ context.Context, orderID string) ([]byte, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, false, f.err
+	}
+	data, ok := f.stored[orderID]
+	return data, ok, nil
 }
 
 func (f *fakeEvents) event(t *testing.T, orderID string) events.RawEvent {
@@ -237,6 +261,36 @@ func TestRedeliveryStoresTheStoredDecision(t *testing.T) {
 				if !bytes.Equal(claims.m[key].Encode(), want.Record.Encode()) {
 					t.Fatal("the stored response changed")
 				}
+			}
+		})
+	}
+}
+
+// TestRedeliveryAfterTheResponseExpired: the command was decided (its event
+// is stored) but not acked, and is redelivered after its key's response
+// expired: the redelivery wins the key again with a decision of its own
+// time, and the stored event, which stands, makes the key's response again,
+// so that both say the same. Its own event stored by an earlier attempt
+// changes nothing.
+func TestRedeliveryAfterTheResponseExpired(t *testing.T) {
+	t.Parallel()
+	hundred := int64(100)
+	cmd := command(nonce1, key, "fp", &hundred)
+	at := time.Date(2026, 11, 29, 9, 0, 0, 42, time.UTC)
+	for name, first := range map[string]Decision{"decided": Decide(cmd, id1, at), "given up": givingUp(cmd, id1, at)} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			claims, store := &fakeClaims{}, &fakeEvents{stored: map[string][]byte{id1: first.Event}}
+			h := newHandler(t, claims, store)
+			h.now = func() time.Time { return at.Add(30 * time.Hour) }
+			if err := h.Handle(context.Background(), delivery(t, cmd, 1, 7)); err != nil {
+				t.Fatal(err)
+			}
+			if got := claims.m[key]; !bytes.Equal(got.Encode(), first.Record.Encode()) {
+				t.Fatalf("the key's response\n%s\nwant the stored event's\n%s", got.Encode(), first.Record.Encode())
+			}
+			if !bytes.Equal(store.stored[id1], first.Event) {
+				t.Fatal("the stored event changed")
 			}
 		})
 	}

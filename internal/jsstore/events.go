@@ -33,10 +33,11 @@ func OpenEvents(ctx context.Context, js jetstream.JetStream, pub Publisher) (*Ev
 // Append stores data as the event of kind k about orderID, with Nats-Msg-Id =
 // its event ID and an expected last sequence of 0 on all subjects of the
 // order. A refusal because the order already has an event means the work is
-// done: Append returns nil.
-func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data []byte) error {
+// done: Append returns nil, with stored false (the order's event is the one
+// stored before, which Event reads).
+func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data []byte) (stored bool, err error) {
 	if !events.ValidOrderID(orderID) {
-		return fmt.Errorf("append event: invalid order ID %q", orderID)
+		return false, fmt.Errorf("append event: invalid order ID %q", orderID)
 	}
 	msg := &nats.Msg{
 		Subject: events.EventSubject(k, orderID),
@@ -46,11 +47,14 @@ func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data
 	SetMsgID(msg, events.EventID(k, orderID))
 	SetExpectLastSubjectSeq(msg, 0, events.OrderSubjects(orderID))
 	tracing.Inject(ctx, tracing.HeaderCarrier(msg.Header))
-	_, err := e.pub.PublishMsg(ctx, msg)
-	if IsWrongLastSequence(err) {
-		return nil
+	ack, err := e.pub.PublishMsg(ctx, msg)
+	switch {
+	case IsWrongLastSequence(err):
+		return false, nil
+	case err != nil:
+		return false, err
 	}
-	return err
+	return !ack.Duplicate, nil
 }
 
 // Event reads the terminal event of orderID; ok is false when it has none yet

@@ -199,12 +199,16 @@ func TestEvents(t *testing.T) {
 	if _, ok, err := e.Event(ctx, id); ok || err != nil {
 		t.Fatalf("event before: %v %v", ok, err)
 	}
-	if err := e.Append(ctx, events.KindCreated, id, []byte(`{"first":true}`)); err != nil {
-		t.Fatal(err)
+	if stored, err := e.Append(ctx, events.KindCreated, id, []byte(`{"first":true}`)); err != nil || !stored {
+		t.Fatal(stored, err)
 	}
-	// A second terminal event of the order is refused, silently: the work is done.
-	if err := e.Append(ctx, events.KindRejected, id, []byte(`{"second":true}`)); err != nil {
-		t.Fatal(err)
+	// A second terminal event of the order is refused, without an error (the
+	// work is done) and said not stored; so is the same event again.
+	if stored, err := e.Append(ctx, events.KindRejected, id, []byte(`{"second":true}`)); err != nil || stored {
+		t.Fatal(stored, err)
+	}
+	if stored, err := e.Append(ctx, events.KindCreated, id, []byte(`{"first":true}`)); err != nil || stored {
+		t.Fatal(stored, err)
 	}
 	data, ok, err := e.Event(ctx, id)
 	if !ok || err != nil || string(data) != `{"first":true}` {
@@ -223,7 +227,7 @@ func TestEvents(t *testing.T) {
 		if _, ok, err := e.Event(ctx, bad); ok || err != nil {
 			t.Fatalf("event %q: %v %v", bad, ok, err)
 		}
-		if err := e.Append(ctx, events.KindCreated, bad, []byte("{}")); err == nil {
+		if _, err := e.Append(ctx, events.KindCreated, bad, []byte("{}")); err == nil {
 			t.Fatalf("append %q succeeded", bad)
 		}
 	}
