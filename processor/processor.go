@@ -153,27 +153,43 @@ func (h *Handler) Handle(ctx context.Context, d Delivery) error {
 			return err
 		}
 	}
-	stored, err := h.store(ctx, orderID, dec)
-	if err != nil || stored || !won {
-		return err
-	}
-	return h.reconcile(ctx, cmd, orderID, dec)
+	return h.settle(ctx, cmd, orderID, dec, holder, won)
 }
 
-// reconcile runs when this delivery won the key but the order already had an
-// event: an earlier delivery decided it, and the key's response of that
-// decision expired or was evicted before this redelivery (a processor down
-// for longer than the result TTL with the command unacked). The event stands;
-// the key's response is made again from it, so that both say the same.
+// settle stores the decision's event and sees that the key's response and
+// the order's stored event say the same: when the order had an event before
+// this delivery won its key, and when the key holds a pending claim of a
+// version before ADR 0009, which that version's projector would have
+// completed.
+func (h *Handler) settle(ctx context.Context, cmd events.CreateOrder, orderID string, dec Decision, holder idempotency.Record, won bool) error {
+	stored, err := h.store(ctx, orderID, dec)
+	if err != nil {
+		return err
+	}
+	legacy := !won && holder.OrderID == orderID && !holder.Completed()
+	switch {
+	case legacy && stored:
+		return h.respond(ctx, cmd.KeyHash, orderID, dec.Record)
+	case legacy || won && !stored:
+		return h.reconcile(ctx, cmd, orderID, dec)
+	}
+	return nil
+}
+
+// reconcile makes the key's response of the order's stored event. It runs
+// when the order already had an event though this delivery won its key (an
+// earlier delivery decided it, and that decision's response expired or was
+// evicted before this redelivery: a processor down for longer than the
+// result TTL with the command unacked), or held it with a pending claim of an
+// earlier version. The event stands; the key's response is made of it, so
+// that both say the same.
 func (h *Handler) reconcile(ctx context.Context, cmd events.CreateOrder, orderID string, dec Decision) error {
 	data, ok, err := h.deps.Events.Event(ctx, orderID)
 	if err != nil {
 		return fmt.Errorf("read the stored event of %s: %w", orderID, err)
 	}
-	if !ok || bytes.Equal(data, dec.Event) {
-		// Gone since (past the event retention): the new response stands. Or
-		// this decision's own event, stored by an earlier attempt.
-		return nil
+	if !ok {
+		return nil // gone since (past the event retention): the new response stands
 	}
 	var ev struct {
 		Time time.Time `json:"time"`
@@ -181,16 +197,20 @@ func (h *Handler) reconcile(ctx context.Context, cmd events.CreateOrder, orderID
 	if err := gojson.Unmarshal(data, &ev); err != nil {
 		return Permanent(fmt.Errorf("stored event of %s: %w", orderID, err))
 	}
-	for _, c := range []Decision{Decide(cmd, orderID, ev.Time), givingUp(cmd, orderID, ev.Time)} {
+	for _, c := range []Decision{dec, Decide(cmd, orderID, ev.Time), givingUp(cmd, orderID, ev.Time)} {
 		if bytes.Equal(c.Event, data) {
-			if err := h.deps.Claims.Save(ctx, cmd.KeyHash, c.Record); err != nil {
-				return fmt.Errorf("store the response of %s again: %w", orderID, err)
-			}
-			h.logger.WarnContext(ctx, "the key's response was made again from the order's stored event", "order_id", orderID)
-			return nil
+			return h.respond(ctx, cmd.KeyHash, orderID, c.Record)
 		}
 	}
-	h.logger.ErrorContext(ctx, "the order's stored event is not a decision this version makes; the key keeps the new response", "order_id", orderID)
+	h.logger.ErrorContext(ctx, "the order's stored event is not a decision this version makes; its key's response is left as it is", "order_id", orderID)
+	return nil
+}
+
+// respond stores rec as the key's response.
+func (h *Handler) respond(ctx context.Context, key, orderID string, rec idempotency.Record) error {
+	if err := h.deps.Claims.Save(ctx, key, rec); err != nil {
+		return fmt.Errorf("store the response of %s: %w", orderID, err)
+	}
 	return nil
 }
 
@@ -267,7 +287,7 @@ func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
 		dec = h.again(cmd, orderID, holder)
 	}
 	// else a pending claim of an earlier version: rejected, as it would have been
-	if _, err := h.store(ctx, orderID, dec); err != nil {
+	if err := h.settle(ctx, cmd, orderID, dec, holder, won); err != nil {
 		return err
 	}
 	if dec.reason != events.ReasonProcessingFailed {
