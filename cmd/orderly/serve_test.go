@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/alecthomas/kong"
+	"github.com/orderly-dev/orderly/internal/server"
 )
 
 // TestBatchWritesFollowFsync: writes are grouped into atomic batches (group
@@ -34,5 +35,46 @@ func TestBatchWritesFollowFsync(t *testing.T) {
 		if cfg.BatchWrites != want {
 			t.Errorf("%s: batch writes %v, want %v", args, cfg.BatchWrites, want)
 		}
+	}
+}
+
+// TestServeRunsNoProjectorByDefault: serve runs the API and the processor
+// (ADR 0009: the processor stores each key's response); the projector runs
+// only when named, and setup creates its consumer only when asked.
+func TestServeRunsNoProjectorByDefault(t *testing.T) {
+	t.Parallel()
+	parse := func(args string) CLI {
+		var cli CLI
+		parser, err := kong.New(&cli, kong.Name("orderly"), kong.Exit(func(int) { t.Fatalf("%s: exit", args) }), kong.Writers(io.Discard, io.Discard))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parser.Parse(strings.Fields(args)); err != nil {
+			t.Fatalf("%s: %v", args, err)
+		}
+		return cli
+	}
+	for args, want := range map[string]server.Roles{
+		"serve":                                 {API: true, Processor: true},
+		"serve --roles api":                     {API: true},
+		"serve --roles api,processor,projector": {API: true, Processor: true, Projector: true},
+	} {
+		cli := parse(args)
+		cfg, err := cli.Serve.config()
+		if err != nil {
+			t.Fatalf("%s: %v", args, err)
+		}
+		if cfg.Roles != want {
+			t.Errorf("%s: roles %+v, want %+v", args, cfg.Roles, want)
+		}
+		if cfg.Topology.Projector {
+			t.Errorf("%s: the topology asks for the projector's consumer itself; the server adds it for the role", args)
+		}
+	}
+	if cli := parse("setup --nats-url nats://x"); cli.Setup.Projector {
+		t.Error("setup creates the projector's consumer without --projector")
+	}
+	if cli := parse("setup --nats-url nats://x --projector"); !cli.Setup.Projector {
+		t.Error("setup --projector not taken")
 	}
 }
