@@ -257,17 +257,13 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, logger *sl
 			return fmt.Errorf("stream %s: %w", want.Name, err)
 		}
 	}
-	consumers := []struct {
+	type durable struct {
 		stream string
 		want   jetstream.ConsumerConfig
-	}{
-		{events.CommandStream, t.ProcessorConsumerConfig()},
 	}
+	consumers := []durable{{events.CommandStream, t.ProcessorConsumerConfig()}}
 	if t.Projector {
-		consumers = append(consumers, struct {
-			stream string
-			want   jetstream.ConsumerConfig
-		}{events.EventStream, t.ProjectorConsumerConfig()})
+		consumers = append(consumers, durable{events.EventStream, t.ProjectorConsumerConfig()})
 	}
 	for _, c := range consumers {
 		if err := t.ensureConsumer(ctx, js, c.stream, c.want, logger); err != nil {
