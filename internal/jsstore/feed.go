@@ -27,7 +27,20 @@ const feedHeartbeat = time.Second
 const feedQuiet = 3 * feedHeartbeat
 
 // follow starts a feed; stop ends it, live is nil while it is live.
+//
+// A feed of what is new starts at the stream's next sequence as read here,
+// not with DeliverNewPolicy: nats.go recreates an ordered consumer that has
+// delivered nothing yet with its original policy, so a reset before the
+// first delivery (a missed heartbeat, a leader change) would skip whatever
+// was stored in between.
 func follow(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, h func(jetstream.Msg)) (stop func(), live func() error, err error) {
+	if cfg.DeliverPolicy == jetstream.DeliverNewPolicy {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return nil, nil, fmt.Errorf("follow %s: %w", stream, err)
+		}
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.CachedInfo().State.LastSeq+1
+	}
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("follow %s: %w", stream, err)

@@ -138,9 +138,11 @@ func (r *Results) Purge(ctx context.Context, key string) error {
 	return r.kv.Purge(ctx, key)
 }
 
-// Watch calls f with every record stored after Watch returns, in order, from
+// Watch calls f with the records stored after Watch returns, in order, from
 // one goroutine, until the feed is stopped: one server consumer whatever f
-// does with them. Records that cannot be decoded are passed to bad.
+// does with them. The bucket keeps one record per key, so a record replaced
+// before its delivery is skipped: f always gets the latest record of a key,
+// not every one it had. Records that cannot be decoded are passed to bad.
 //
 // It is an ordered consumer with a heartbeat every second: when the server
 // that carries it goes away, the client notices the missing heartbeats and
