@@ -132,6 +132,7 @@ type Order struct {
 	Attempts    []Attempt `json:"attempts"`
 	// ReadBack is the status of the order read at its Location after the run.
 	ReadBack string `json:"read_back,omitempty"`
+	readBody []byte
 	mu       sync.Mutex
 }
 
@@ -384,7 +385,7 @@ func (r *runner) post(ctx context.Context, o *Order, body []byte, prefer string,
 }
 
 // poll long-polls the order until it is decided or the deadline passes.
-func (r *runner) poll(ctx context.Context, o *Order, loc string) string {
+func (r *runner) poll(ctx context.Context, o *Order, loc string) (string, []byte) {
 	for ctx.Err() == nil && time.Now().Before(r.deadline) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.URL+loc+"?wait=5s", nil)
 		if r.cfg.Token != "" {
@@ -399,19 +400,19 @@ func (r *runner) poll(ctx context.Context, o *Order, loc string) string {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			if resp.StatusCode == http.StatusNotFound {
-				return "not found"
+				return "not found", nil
 			}
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
 		switch {
 		case bytes.Contains(b, []byte(`"status":"created"`)):
-			return "created"
+			return "created", b
 		case bytes.Contains(b, []byte(`"status":"rejected"`)):
-			return "rejected"
+			return "rejected", b
 		}
 	}
-	return "pending"
+	return "pending", nil
 }
 
 // readBack reads every accepted order at its Location.
@@ -428,7 +429,7 @@ func (r *runner) readBack(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			o.ReadBack = r.poll(ctx, o, loc)
+			o.ReadBack, o.readBody = r.poll(ctx, o, loc)
 		}()
 	}
 	wg.Wait()

@@ -122,15 +122,16 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 }
 
 // The rules the checker enforces.
 const (
-	RuleOneOrder      = "every accepted key has exactly one order"
-	RuleNoSecond      = "no key has two orders"
-	RuleNoStray       = "no order for a key that was never sent"
-	RuleReplay        = "every replay is byte-identical to the first answer"
-	RuleChanged       = "a changed-payload retry gets 422 and creates nothing"
-	RuleReadable      = "every accepted order can be read back"
-	RuleAnswered      = "every client got an answer before the deadline"
-	RuleNothingStored = "no order for a key whose every answer said nothing was stored"
-	maxViolationsPer  = 20
+	RuleOneOrder       = "every accepted key has exactly one order"
+	RuleNoSecond       = "no key has two orders"
+	RuleNoStray        = "no order for a key that was never sent"
+	RuleReplay         = "every replay is byte-identical to the first answer"
+	RuleChanged        = "a changed-payload retry gets 422 and creates nothing"
+	RuleReadable       = "every accepted order can be read back"
+	RuleReadAsAnswered = "a created order reads back with the bytes of its 201"
+	RuleAnswered       = "every client got an answer before the deadline"
+	RuleNothingStored  = "no order for a key whose every answer said nothing was stored"
+	maxViolationsPer   = 20
 )
 
 func (r *runner) verify(evs []storedEvent, took time.Duration) *Report {
@@ -219,6 +220,11 @@ func (r *runner) verify(evs []storedEvent, took time.Duration) *Report {
 		}
 		if accepted && loc != "" && o.ReadBack != "created" && o.ReadBack != "rejected" {
 			violate(RuleReadable, o.Key, "reading %s gave %q", loc, o.ReadBack)
+		}
+		// The order as read is its event; the 201 was its key's stored
+		// response, stored first (ADR 0009): the two are one decision.
+		if first != nil && first.Status == http.StatusCreated && o.ReadBack == "created" && !bytes.Equal(o.readBody, first.body) {
+			violate(RuleReadAsAnswered, o.Key, "read back %q, answered %q", o.readBody, first.body)
 		}
 	}
 	for _, hash := range sortedKeys(byKey) {
