@@ -20,14 +20,7 @@ func TestBatchWritesFollowFsync(t *testing.T) {
 		"serve --fsync always --batch-writes off": false,
 		"serve --batch-writes on":                 true,
 	} {
-		var cli CLI
-		parser, err := kong.New(&cli, kong.Name("orderly"), kong.Exit(func(int) { t.Fatalf("%s: exit", args) }), kong.Writers(io.Discard, io.Discard))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := parser.Parse(strings.Fields(args)); err != nil {
-			t.Fatalf("%s: %v", args, err)
-		}
+		cli := parseCLI(t, args)
 		cfg, err := cli.Serve.config()
 		if err != nil {
 			t.Fatalf("%s: %v", args, err)
@@ -43,23 +36,12 @@ func TestBatchWritesFollowFsync(t *testing.T) {
 // only when named, and setup creates its consumer only when asked.
 func TestServeRunsNoProjectorByDefault(t *testing.T) {
 	t.Parallel()
-	parse := func(args string) CLI {
-		var cli CLI
-		parser, err := kong.New(&cli, kong.Name("orderly"), kong.Exit(func(int) { t.Fatalf("%s: exit", args) }), kong.Writers(io.Discard, io.Discard))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := parser.Parse(strings.Fields(args)); err != nil {
-			t.Fatalf("%s: %v", args, err)
-		}
-		return cli
-	}
 	for args, want := range map[string]server.Roles{
 		"serve":                                 {API: true, Processor: true},
 		"serve --roles api":                     {API: true},
 		"serve --roles api,processor,projector": {API: true, Processor: true, Projector: true},
 	} {
-		cli := parse(args)
+		cli := parseCLI(t, args)
 		cfg, err := cli.Serve.config()
 		if err != nil {
 			t.Fatalf("%s: %v", args, err)
@@ -71,10 +53,24 @@ func TestServeRunsNoProjectorByDefault(t *testing.T) {
 			t.Errorf("%s: the topology asks for the projector's consumer itself; the server adds it for the role", args)
 		}
 	}
-	if cli := parse("setup --nats-url nats://x"); cli.Setup.Projector {
+	if cli := parseCLI(t, "setup --nats-url nats://x"); cli.Setup.Projector {
 		t.Error("setup creates the projector's consumer without --projector")
 	}
-	if cli := parse("setup --nats-url nats://x --projector"); !cli.Setup.Projector {
+	if cli := parseCLI(t, "setup --nats-url nats://x --projector"); !cli.Setup.Projector {
 		t.Error("setup --projector not taken")
 	}
+}
+
+// parseCLI parses args as orderly's command line, without running anything.
+func parseCLI(t *testing.T, args string) CLI {
+	t.Helper()
+	var cli CLI
+	parser, err := kong.New(&cli, kong.Name("orderly"), kong.Exit(func(int) { t.Fatalf("%s: exit", args) }), kong.Writers(io.Discard, io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parser.Parse(strings.Fields(args)); err != nil {
+		t.Fatalf("%s: %v", args, err)
+	}
+	return cli
 }
