@@ -58,6 +58,13 @@ type RebuildReport struct {
 // Equal reports whether the live read models equal the rebuilt ones.
 func (r RebuildReport) Equal() bool { return r.Missing+r.Different+r.Stale == 0 }
 
+// earlierForm is the digest of rec as versions before ADR 0009 stored it,
+// without the decision time: the same answer, left as it is.
+func earlierForm(rec idempotency.Record) [sha256.Size]byte {
+	rec.DecidedUnixNano = 0
+	return sha256.Sum256(rec.Encode())
+}
+
 // Rebuild recomputes ORDER_RESULTS from ORDER_EVENTS with Project, the
 // projector's own function, so a rebuilt record has exactly the bytes the
 // projector writes. It compares every record with the live one, writes what is
@@ -110,7 +117,7 @@ func Rebuild(ctx context.Context, results RebuildTarget, log EventReader, ttl ti
 		case !ok:
 			rep.Missing++
 			differ(p.Key, "missing")
-		case got.sum != sha256.Sum256(value):
+		case got.sum != sha256.Sum256(value) && got.sum != earlierForm(*p.Record):
 			rep.Different++
 			differ(p.Key, "different")
 		default:

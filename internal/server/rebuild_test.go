@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/jsstore"
@@ -64,6 +65,20 @@ func TestRebuildEqualsLive(t *testing.T) {
 	}
 	if !rep.Equal() || rep.Events != 30 || rep.Results != 30 {
 		t.Fatalf("live state differs from the rebuilt one: %+v", rep)
+	}
+	// A response as versions before ADR 0009 stored it (no decision time) is
+	// the same answer: not a difference.
+	someKey := idempotency.KeyHash(api.DefaultTenant, "rebuild-2")
+	old, ok, err := results.Get(ctx, someKey)
+	if err != nil || !ok || old.DecidedUnixNano == 0 {
+		t.Fatalf("record of rebuild-2: %+v %v %v", old, ok, err)
+	}
+	old.DecidedUnixNano = 0
+	if err := results.Save(ctx, someKey, old); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{DryRun: true}); err != nil || !rep.Equal() {
+		t.Fatalf("an earlier version's record counted as a difference: %+v %v", rep, err)
 	}
 
 	kv, err := js.KeyValue(ctx, events.ResultsBucket)
