@@ -197,7 +197,7 @@ func (h *Handler) reconcile(ctx context.Context, cmd events.CreateOrder, orderID
 	if err := gojson.Unmarshal(data, &ev); err != nil {
 		return Permanent(fmt.Errorf("stored event of %s: %w", orderID, err))
 	}
-	for _, c := range []Decision{dec, Decide(cmd, orderID, ev.Time), givingUp(cmd, orderID, ev.Time)} {
+	for _, c := range append([]Decision{dec}, decisionsAt(cmd, orderID, ev.Time)...) {
 		if bytes.Equal(c.Event, data) {
 			return h.respond(ctx, cmd.KeyHash, orderID, c.Record)
 		}
@@ -225,7 +225,7 @@ func (h *Handler) again(cmd events.CreateOrder, orderID string, holder idempoten
 		return Decide(cmd, orderID, h.now())
 	}
 	want := holder.Encode()
-	candidates := []Decision{Decide(cmd, orderID, at), givingUp(cmd, orderID, at)}
+	candidates := decisionsAt(cmd, orderID, at)
 	for _, c := range candidates {
 		if bytes.Equal(c.Record.Encode(), want) {
 			return c
@@ -234,13 +234,16 @@ func (h *Handler) again(cmd events.CreateOrder, orderID string, holder idempoten
 	// The rendering of responses changed since the record was stored: the
 	// decision of the same kind stands (its times and IDs are the record's).
 	h.logger.Warn("stored response differs from the decision made again", "order_id", orderID, "status", holder.Status)
-	if holder.Status == http.StatusCreated {
-		return candidates[0]
-	}
-	if candidates[0].Kind == events.KindRejected {
-		return candidates[0]
+	if decided := candidates[0]; holder.Status == http.StatusCreated || decided.Kind == events.KindRejected {
+		return decided
 	}
 	return candidates[1]
+}
+
+// decisionsAt are the decisions the processor can have stored for the
+// command at time at: its decision, and the rejection it gives up with.
+func decisionsAt(cmd events.CreateOrder, orderID string, at time.Time) []Decision {
+	return []Decision{Decide(cmd, orderID, at), givingUp(cmd, orderID, at)}
 }
 
 // store appends the decision's event and counts it; stored is false when the

@@ -20,11 +20,7 @@ func TestBatchWritesFollowFsync(t *testing.T) {
 		"serve --fsync always --batch-writes off": false,
 		"serve --batch-writes on":                 true,
 	} {
-		cli := parseCLI(t, args)
-		cfg, err := cli.Serve.config()
-		if err != nil {
-			t.Fatalf("%s: %v", args, err)
-		}
+		cfg := serveConfig(t, args)
 		if cfg.BatchWrites != want {
 			t.Errorf("%s: batch writes %v, want %v", args, cfg.BatchWrites, want)
 		}
@@ -41,11 +37,7 @@ func TestServeRunsNoProjectorByDefault(t *testing.T) {
 		"serve --roles api":                     {API: true},
 		"serve --roles api,processor,projector": {API: true, Processor: true, Projector: true},
 	} {
-		cli := parseCLI(t, args)
-		cfg, err := cli.Serve.config()
-		if err != nil {
-			t.Fatalf("%s: %v", args, err)
-		}
+		cfg := serveConfig(t, args)
 		if cfg.Roles != want {
 			t.Errorf("%s: roles %+v, want %+v", args, cfg.Roles, want)
 		}
@@ -73,4 +65,15 @@ func parseCLI(t *testing.T, args string) CLI {
 		t.Fatalf("%s: %v", args, err)
 	}
 	return cli
+}
+
+// serveConfig is the server configuration of the serve command line args.
+func serveConfig(t *testing.T, args string) server.Config {
+	t.Helper()
+	cli := parseCLI(t, args)
+	cfg, err := cli.Serve.config()
+	if err != nil {
+		t.Fatalf("%s: %v", args, err)
+	}
+	return cfg
 }

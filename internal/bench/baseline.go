@@ -194,9 +194,9 @@ func WaitIdle(ctx context.Context, natsURL string, creds jsstore.Credentials, ti
 	deadline := time.Now().Add(timeout)
 	for {
 		pending := uint64(0)
-		for _, c := range [][2]string{{events.CommandStream, "processor"}, {events.EventStream, "projector"}} {
+		for _, c := range [][2]string{{events.CommandStream, jsstore.ProcessorConsumer}, {events.EventStream, jsstore.ProjectorConsumer}} {
 			cons, err := js.Consumer(ctx, c[0], c[1])
-			if c[1] == "projector" && errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if c[1] == jsstore.ProjectorConsumer && errors.Is(err, jetstream.ErrConsumerNotFound) {
 				continue
 			}
 			if err != nil {

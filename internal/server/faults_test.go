@@ -118,13 +118,7 @@ func TestPoisonCommandIsDeadLettered(t *testing.T) {
 	cfg := orderlytest.Config(t)
 	cfg.Processor.MaxAttempts = 3
 	var calls hookCalls
-	cfg.ProcessorHooks = processor.Hooks{BeforeClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
-		if cmd.Request.CustomerID == "c-poison" {
-			calls.add("c-poison")
-			return errors.New("injected: the warehouse rejects this customer")
-		}
-		return nil
-	}}
+	cfg.ProcessorHooks = processor.Hooks{BeforeClaim: failFor("c-poison", "injected: the warehouse rejects this customer", &calls)}
 	inst := orderlytest.Start(t, cfg)
 	first := inst.PostOrder(t, "poison-1", orderlytest.Order("c-poison"), "Prefer: wait=20")
 	if first.Status != http.StatusUnprocessableEntity {
@@ -267,13 +261,7 @@ func TestFailureAfterTheDecisionKeepsIt(t *testing.T) {
 	cfg := orderlytest.Config(t)
 	cfg.Processor.MaxAttempts = 3
 	var calls hookCalls
-	cfg.ProcessorHooks = processor.Hooks{AfterClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
-		if cmd.Request.CustomerID == "c-after" {
-			calls.add("c-after")
-			return errors.New("injected: fails after the decision is stored")
-		}
-		return nil
-	}}
+	cfg.ProcessorHooks = processor.Hooks{AfterClaim: failFor("c-after", "injected: fails after the decision is stored", &calls)}
 	inst := orderlytest.Start(t, cfg)
 	r := inst.PostOrder(t, "after-1", orderlytest.Order("c-after"), "Prefer: wait=20")
 	if r.Status != http.StatusCreated {
@@ -332,4 +320,16 @@ func TestTwoPoisonedCommandsOfOneKeyAreBothDeadLettered(t *testing.T) {
 		info, err := dlq.Info(ctx)
 		return err == nil && info.State.Msgs == 2
 	})
+}
+
+// failFor is a processor hook that fails every delivery of the customer's
+// commands with msg, counting them in calls.
+func failFor(customer, msg string, calls *hookCalls) func(context.Context, events.CreateOrder, int) error {
+	return func(_ context.Context, cmd events.CreateOrder, _ int) error {
+		if cmd.Request.CustomerID != customer {
+			return nil
+		}
+		calls.add(customer)
+		return errors.New(msg)
+	}
 }
