@@ -103,18 +103,27 @@ func ParseOrderID(id string) (seq uint64, nonce string, ok bool) {
 		return 0, "", false
 	}
 	body := id[len(OrderIDPrefix):]
-	for i := 0; i < seqLen; i++ {
-		v := strings.IndexByte(crockford, body[i])
-		if v < 0 || (i == 0 && v > 15) { // 13 characters hold 65 bits; the first holds 4
-			return 0, "", false
-		}
-		seq = seq<<5 | uint64(v)
+	seq, ok = parseSeq(body[:seqLen])
+	if !ok {
+		return 0, "", false
 	}
 	nonce = body[seqLen:]
 	if !ValidNonce(nonce) {
 		return 0, "", false
 	}
 	return seq, nonce, true
+}
+
+// parseSeq decodes the seqLen characters of a sequence in an order ID.
+func parseSeq(s string) (seq uint64, ok bool) {
+	for i := 0; i < seqLen; i++ {
+		v := strings.IndexByte(crockford, s[i])
+		if v < 0 || (i == 0 && v > 15) { // 13 characters hold 65 bits; the first holds 4
+			return 0, false
+		}
+		seq = seq<<5 | uint64(v)
+	}
+	return seq, true
 }
 
 // ValidOrderID reports whether id has the form of an order ID.

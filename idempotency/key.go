@@ -26,18 +26,7 @@ func KeyHash(tenant, key string) string {
 // ValidKeyHash reports whether s has the form of a KeyHash: 43 characters of
 // the base64url alphabet. Anything that becomes part of a subject is checked
 // with it first.
-func ValidKeyHash(s string) bool {
-	if len(s) != KeyHashLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+func ValidKeyHash(s string) bool { return len(s) == KeyHashLen && events.IsBase64URL(s) }
 
 // Fingerprint is the base64url SHA-256 of the canonical form of req: its
 // encoding/json encoding, whose field order and spacing are fixed. Two bodies

@@ -142,6 +142,54 @@ func (b *Batcher) send(items []*batchItem) {
 		}
 		live = append(live, it)
 	}
+	for _, group := range oneConditionEach(live) {
+		b.sendBatch(group)
+	}
+}
+
+// oneConditionEach splits items, in order, into groups in which no two
+// messages have a condition on the same subject or subject filter. Inside an
+// atomic batch the server checks every condition against the stream as it
+// was before the batch, and a filter does not see the batch's own messages:
+// two messages expecting "nothing under this filter yet" would both be
+// stored (docs/nats-facts.md, fact 13). Sent one group after the other, the
+// later one sees the earlier one's messages. Almost always there is one
+// group.
+func oneConditionEach(items []*batchItem) [][]*batchItem {
+	var groups [][]*batchItem
+	var seen []map[string]bool
+	for _, it := range items {
+		c := conditionOn(it.msg)
+		g := 0
+		for c != "" && g < len(groups) && seen[g][c] {
+			g++
+		}
+		if g == len(groups) {
+			groups = append(groups, nil)
+			seen = append(seen, map[string]bool{})
+		}
+		groups[g] = append(groups[g], it)
+		if c != "" {
+			seen[g][c] = true
+		}
+	}
+	return groups
+}
+
+// conditionOn is what msg's expected last subject sequence is checked on:
+// its subject filter, or its subject; empty without such a condition.
+func conditionOn(msg *nats.Msg) string {
+	if msg.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == "" {
+		return ""
+	}
+	if f := msg.Header.Get(jetstream.ExpectedLastSubjSeqSubjHeader); f != "" {
+		return f
+	}
+	return msg.Subject
+}
+
+// sendBatch sends live as one atomic batch (one message: a plain publish).
+func (b *Batcher) sendBatch(live []*batchItem) {
 	switch len(live) {
 	case 0:
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,13 +40,20 @@ func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data
 	if !events.ValidOrderID(orderID) {
 		return false, fmt.Errorf("append event: invalid order ID %q", orderID)
 	}
+	return e.publish(ctx, events.EventSubject(k, orderID), events.EventID(k, orderID), 0, events.OrderSubjects(orderID), data)
+}
+
+// publish stores data on subject with message ID id if the last message under
+// filter is at sequence after; stored is false when it is not, or when the
+// same message was stored just before (a duplicate).
+func (e *Events) publish(ctx context.Context, subject, id string, after uint64, filter string, data []byte) (stored bool, err error) {
 	msg := &nats.Msg{
-		Subject: events.EventSubject(k, orderID),
+		Subject: subject,
 		Header:  nats.Header{"Content-Type": []string{events.ContentType}},
 		Data:    data,
 	}
-	SetMsgID(msg, events.EventID(k, orderID))
-	SetExpectLastSubjectSeq(msg, 0, events.OrderSubjects(orderID))
+	SetMsgID(msg, id)
+	SetExpectLastSubjectSeq(msg, after, filter)
 	tracing.Inject(ctx, tracing.HeaderCarrier(msg.Header))
 	ack, err := e.pub.PublishMsg(ctx, msg)
 	switch {
@@ -61,10 +69,15 @@ func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data
 // or the ID is not an order ID. It is one read of the order's own subjects.
 // Errors are *StoreError.
 func (e *Events) Event(ctx context.Context, orderID string) (data []byte, ok bool, err error) {
-	if !events.ValidOrderID(orderID) {
+	filter, keyed := events.KeyedOrderSubjects(orderID)
+	switch {
+	case keyed:
+	case events.ValidOrderID(orderID):
+		filter = events.OrderSubjects(orderID)
+	default:
 		return nil, false, nil
 	}
-	m, err := e.stream.GetLastMsgForSubject(ctx, events.OrderSubjects(orderID))
+	m, err := e.stream.GetLastMsgForSubject(ctx, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, false, nil
 	}
@@ -81,9 +94,63 @@ func (e *Events) FollowDecisions(ctx context.Context, f func(orderID string)) (s
 	return follow(ctx, e.js, events.EventStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.EventSubjects}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
 	}, func(m jetstream.Msg) {
-		subj := m.Subject()
-		f(subj[strings.LastIndexByte(subj, '.')+1:])
+		f(orderIDOf(m.Subject()))
 	})
+}
+
+// orderIDOf is the order ID an event subject is about: its last token, or,
+// for a keyed subject (orders.events.<kind>.<key>.<seq>), the keyed ID.
+func orderIDOf(subj string) string {
+	rest := strings.TrimPrefix(subj, events.EventSubjectPrefix)
+	if parts := strings.Split(rest, "."); len(parts) == 3 { // <kind>.<key>.<seq>
+		return events.OrderIDPrefix + parts[2] + parts[1]
+	}
+	return subj[strings.LastIndexByte(subj, '.')+1:]
+}
+
+// KeyEvent is the last keyed event of an idempotency key (ADR 0010).
+type KeyEvent struct {
+	// Data is the event as stored.
+	Data []byte
+	// Subject is its keyed subject.
+	Subject string
+	// Seq is its sequence in ORDER_EVENTS: the expected last sequence of a
+	// claim that replaces it (a key free again after the result TTL).
+	Seq uint64
+	// Stored is when the server stored it.
+	Stored time.Time
+}
+
+// ClaimKey stores data as the keyed event of kind k about the order whose
+// command is stored at seq, only if the last keyed event of keyHash is at
+// sequence after (0: the key has none): the key's claim and the order's event
+// in one write (ADR 0010, step 1; nothing calls it yet). stored is false when
+// another event of the key came first: KeyEvent reads it. Through a Batcher
+// it is safe too: two claims of one key never share an atomic batch (see
+// oneConditionEach).
+func (e *Events) ClaimKey(ctx context.Context, k events.Kind, keyHash string, seq uint64, data []byte, after uint64) (stored bool, err error) {
+	token, ok := events.KeyToken(keyHash)
+	if !ok {
+		return false, fmt.Errorf("claim key: invalid key hash %q", keyHash)
+	}
+	return e.publish(ctx, events.KeyedEventSubject(k, token, seq), events.EventID(k, events.KeyedOrderID(seq, token)), after, events.KeySubjects(token), data)
+}
+
+// KeyEvent reads the last keyed event of keyHash; ok is false when the key
+// has none. It is one read of the key's subjects.
+func (e *Events) KeyEvent(ctx context.Context, keyHash string) (ev KeyEvent, ok bool, err error) {
+	token, valid := events.KeyToken(keyHash)
+	if !valid {
+		return KeyEvent{}, false, nil
+	}
+	m, err := e.stream.GetLastMsgForSubject(ctx, events.KeySubjects(token))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return KeyEvent{}, false, nil
+	}
+	if err != nil {
+		return KeyEvent{}, false, storeErr(err)
+	}
+	return KeyEvent{Data: m.Data, Subject: m.Subject, Seq: m.Sequence, Stored: m.Time}, true, nil
 }
 
 // Each calls f with every stored event, oldest first, through an ordered

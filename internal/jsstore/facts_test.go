@@ -25,8 +25,8 @@ import (
 // stored. The per-order event guard of ORDER_EVENTS is such a filter, which is
 // why the processor's decisions never rest on it alone: the key's claim comes
 // first, and a redelivery makes the stored decision again, whose event has the
-// same message ID. A claim made of a filter (ADR 0010) must never share a
-// batch with another claim of its key.
+// same message ID; and why the Batcher keeps messages with conditions on one
+// filter in separate batches (TestBatchKeepsOneConditionPerFilter).
 func TestAtomicBatchConditions(t *testing.T) {
 	t.Parallel()
 	js := orderlytest.JetStream(t, natsserver.Fsync{Interval: time.Second})

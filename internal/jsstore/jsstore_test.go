@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,8 +188,9 @@ func TestResultKeys(t *testing.T) {
 	}
 }
 
-func TestEvents(t *testing.T) {
-	t.Parallel()
+// followedEvents opens ORDER_EVENTS on a new server and follows its decisions.
+func followedEvents(t *testing.T) (*jsstore.Events, <-chan string) {
+	t.Helper()
 	ctx := context.Background()
 	j := js(t)
 	e, err := jsstore.OpenEvents(ctx, j, j)
@@ -200,7 +202,14 @@ func TestEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
+	t.Cleanup(stop)
+	return e, decided
+}
+
+func TestEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, decided := followedEvents(t)
 	id := events.OrderID(7, events.NewNonce())
 	if _, ok, err := e.Event(ctx, id); ok || err != nil {
 		t.Fatalf("event before: %v %v", ok, err)
@@ -273,5 +282,73 @@ func TestConnectGivesUpWithTheContext(t *testing.T) {
 	port := orderlytest.FreePort(t)
 	if _, err := jsstore.Connect(ctx, jsstore.ConnectConfig{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), Name: "t"}, nil); err == nil {
 		t.Fatal("connected to nothing")
+	}
+}
+
+// TestKeyClaims: the keyed events of ADR 0010 (step 1). The first event of a
+// key is stored; another order's event expecting the key to have none is not;
+// KeyEvent reads the holder, by whose sequence a key free again (after the
+// result TTL) can be claimed by a newer order; a keyed order ID reads its own
+// event and is followed as a decision; hashes that are not keys never become
+// subjects.
+func TestKeyClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, decided := followedEvents(t)
+	keyA, keyB := idempotency.KeyHash("t", "a"), idempotency.KeyHash("t", "b")
+	tokenA, _ := events.KeyToken(keyA)
+	if _, ok, err := e.KeyEvent(ctx, keyA); ok || err != nil {
+		t.Fatalf("key event before: %v %v", ok, err)
+	}
+	if stored, err := e.ClaimKey(ctx, events.KindCreated, keyA, 1, []byte(`{"order":1}`), 0); err != nil || !stored {
+		t.Fatalf("first claim: %v %v", stored, err)
+	}
+	for _, k := range []events.Kind{events.KindCreated, events.KindRejected} {
+		if stored, err := e.ClaimKey(ctx, k, keyA, 2, []byte(`{"order":2}`), 0); err != nil || stored {
+			t.Fatalf("second order's %s claim: %v %v, want refused", k, stored, err)
+		}
+	}
+	if stored, err := e.ClaimKey(ctx, events.KindCreated, keyB, 3, []byte(`{"order":3}`), 0); err != nil || !stored {
+		t.Fatalf("another key's claim: %v %v", stored, err)
+	}
+	holder, ok, err := e.KeyEvent(ctx, keyA)
+	if err != nil || !ok || string(holder.Data) != `{"order":1}` || holder.Subject != events.KeyedEventSubject(events.KindCreated, tokenA, 1) || holder.Stored.IsZero() {
+		t.Fatalf("key event: %+v %v %v", holder, ok, err)
+	}
+	// Free again: a newer order claims the key by the holder's sequence, once.
+	if stored, err := e.ClaimKey(ctx, events.KindCreated, keyA, 4, []byte(`{"order":4}`), holder.Seq); err != nil || !stored {
+		t.Fatalf("claim after the holder: %v %v", stored, err)
+	}
+	if stored, err := e.ClaimKey(ctx, events.KindCreated, keyA, 5, []byte(`{"order":5}`), holder.Seq); err != nil || stored {
+		t.Fatalf("a second claim after the same holder: %v %v, want refused", stored, err)
+	}
+	if now, _, _ := e.KeyEvent(ctx, keyA); string(now.Data) != `{"order":4}` {
+		t.Fatalf("key event after: %s", now.Data)
+	}
+	// Orders read by their keyed IDs; the first decision followed under its keyed ID.
+	for seq, want := range map[uint64]string{1: `{"order":1}`, 4: `{"order":4}`} {
+		data, ok, err := e.Event(ctx, events.KeyedOrderID(seq, tokenA))
+		if err != nil || !ok || string(data) != want {
+			t.Fatalf("event of keyed order %d: %s %v %v", seq, data, ok, err)
+		}
+	}
+	if _, ok, err := e.Event(ctx, events.KeyedOrderID(2, tokenA)); ok || err != nil {
+		t.Fatalf("the refused order has an event: %v %v", ok, err)
+	}
+	select {
+	case got := <-decided:
+		if want := events.KeyedOrderID(1, tokenA); got != want {
+			t.Fatalf("followed %s, want %s", got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the keyed decision was not followed")
+	}
+	for _, bad := range []string{"", "short", strings.Repeat("a", 19) + ".*", strings.Repeat(">", 43)} {
+		if _, err := e.ClaimKey(ctx, events.KindCreated, bad, 9, []byte("{}"), 0); err == nil {
+			t.Fatalf("claim of key %q succeeded", bad)
+		}
+		if _, ok, err := e.KeyEvent(ctx, bad); ok || err != nil {
+			t.Fatalf("key event of %q: %v %v", bad, ok, err)
+		}
 	}
 }

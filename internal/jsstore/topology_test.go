@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
@@ -47,21 +46,7 @@ func (c *counting) UpdateConsumer(ctx context.Context, stream string, cfg jetstr
 // bare starts an embedded server without orderly's topology.
 func bare(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	ns, err := natsserver.Start(context.Background(), natsserver.Config{ServerName: "t", StoreDir: t.TempDir(), Fsync: natsserver.Fsync{Interval: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect("", nats.InProcessServer(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return jsstore.StartBare(t, natsserver.Fsync{Interval: time.Second})
 }
 
 func streamConfig(t *testing.T, js jetstream.JetStream, name string) jetstream.StreamConfig {

@@ -1,0 +1,88 @@
+package events
+
+import "strings"
+
+// The keyed form of event subjects and order IDs: ADR 0010, step 1. Nothing
+// stores events in this form yet; the processor and the API move to it in
+// the ADR's later steps, and until then every event uses EventSubject and
+// every order ID the form of OrderID.
+//
+// A keyed event subject carries a token of the order's hashed idempotency key
+// before the order's command sequence, orders.events.<kind>.<key>.<seq>, so
+// that "the key's events" is a filter with a literal key token
+// (orders.events.*.<key>.*), which the server resolves as a prefix look-up:
+// the key's claim is the event's publish with an expected last sequence on
+// that filter. A keyed order ID carries the same two parts,
+// ord_<seq><key>, so that an ID leads to its subject without a read.
+
+// KeyTokenLen is the length of a key token: the first 20 characters (120
+// bits) of a hashed key (base64url of SHA-256, see idempotency.KeyHash).
+const KeyTokenLen = 20
+
+// KeyToken is the token of hashed key keyHash in keyed subjects and IDs; ok
+// is false when keyHash is too short or not base64url.
+func KeyToken(keyHash string) (token string, ok bool) {
+	if len(keyHash) < KeyTokenLen {
+		return "", false
+	}
+	token = keyHash[:KeyTokenLen]
+	return token, validKeyToken(token)
+}
+
+func validKeyToken(t string) bool { return len(t) == KeyTokenLen && IsBase64URL(t) }
+
+// IsBase64URL reports whether s is made of the base64url alphabet only
+// (letters, digits, '-' and '_'), which is safe in a NATS subject token.
+func IsBase64URL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// KeyedOrderID is the keyed ID of the order whose command is stored at seq,
+// with key token token: ord_, 13 characters of the sequence (as in OrderID,
+// so that IDs sort by arrival), then the token; 37 characters.
+func KeyedOrderID(seq uint64, token string) string {
+	return OrderID(seq, "")[:len(OrderIDPrefix)+seqLen] + token
+}
+
+// ParseKeyedOrderID splits a keyed order ID into its command's sequence and
+// its key token.
+func ParseKeyedOrderID(id string) (seq uint64, token string, ok bool) {
+	if len(id) != len(OrderIDPrefix)+seqLen+KeyTokenLen || !strings.HasPrefix(id, OrderIDPrefix) {
+		return 0, "", false
+	}
+	seq, ok = parseSeq(id[len(OrderIDPrefix) : len(OrderIDPrefix)+seqLen])
+	token = id[len(OrderIDPrefix)+seqLen:]
+	if !ok || !validKeyToken(token) {
+		return 0, "", false
+	}
+	return seq, token, true
+}
+
+// KeyedEventSubject is the keyed subject of the event of kind k about the
+// order whose command is stored at seq, with key token token:
+// orders.events.<kind>.<token>.<seq>.
+func KeyedEventSubject(k Kind, token string, seq uint64) string {
+	return EventSubjectPrefix + string(k) + "." + token + "." + OrderID(seq, "")[len(OrderIDPrefix):]
+}
+
+// KeySubjects filters every keyed event of one key, of any kind and order:
+// orders.events.*.<token>.*. It is the subject filter of the key's claim.
+func KeySubjects(token string) string {
+	return EventSubjectPrefix + "*." + token + ".*"
+}
+
+// KeyedOrderSubjects filters the events of one keyed order ID:
+// orders.events.*.<token>.<seq>; ok is false when id is not a keyed ID.
+func KeyedOrderSubjects(id string) (filter string, ok bool) {
+	seq, token, ok := ParseKeyedOrderID(id)
+	if !ok {
+		return "", false
+	}
+	return EventSubjectPrefix + "*." + token + "." + OrderID(seq, "")[len(OrderIDPrefix):], true
+}

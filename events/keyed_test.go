@@ -1,0 +1,77 @@
+package events_test
+
+import (
+	"math"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
+)
+
+func TestKeyedOrderIDRoundTrip(t *testing.T) {
+	t.Parallel()
+	token, ok := events.KeyToken(idempotency.KeyHash("tenant", "key-1"))
+	if !ok || len(token) != events.KeyTokenLen {
+		t.Fatalf("KeyToken = %q %v", token, ok)
+	}
+	var ids []string
+	for _, seq := range []uint64{0, 1, 31, 32, 1 << 40, math.MaxUint64} {
+		id := events.KeyedOrderID(seq, token)
+		if len(id) != 37 || !strings.HasPrefix(id, events.OrderIDPrefix) {
+			t.Fatalf("%d: id %q", seq, id)
+		}
+		got, tok, ok := events.ParseKeyedOrderID(id)
+		if !ok || got != seq || tok != token {
+			t.Fatalf("ParseKeyedOrderID(%q) = %d %q %v, want %d %q", id, got, tok, ok, seq, token)
+		}
+		if events.ValidOrderID(id) {
+			t.Fatalf("a keyed ID %q passes as an unkeyed one", id)
+		}
+		ids = append(ids, id)
+	}
+	if !sort.StringsAreSorted(ids) {
+		t.Fatalf("keyed IDs do not sort by sequence: %v", ids)
+	}
+	unkeyed := events.OrderID(7, "Z4A8K2M9QX7RT")
+	for _, bad := range []string{"", unkeyed, "ord_0000000000001" + strings.Repeat("a", 19), "ord_0000000000001" + strings.Repeat("a", 21),
+		"ord_0000000000001" + strings.Repeat("a", 19) + ".", "ord_0000000000001" + strings.Repeat("a", 19) + "*",
+		"ord_G000000000001" + strings.Repeat("a", 20), "xrd_0000000000001" + strings.Repeat("a", 20)} {
+		if _, _, ok := events.ParseKeyedOrderID(bad); ok {
+			t.Errorf("ParseKeyedOrderID(%q) ok", bad)
+		}
+	}
+	for _, bad := range []string{"", "too-short", strings.Repeat("a", 19) + "." + strings.Repeat("a", 23),
+		strings.Repeat("a", 19) + ">" + strings.Repeat("a", 23), strings.Repeat("a", 10) + " " + strings.Repeat("a", 32)} {
+		if tok, ok := events.KeyToken(bad); ok {
+			t.Errorf("KeyToken(%q) = %q, accepted", bad, tok)
+		}
+	}
+}
+
+func TestKeyedSubjects(t *testing.T) {
+	t.Parallel()
+	token, _ := events.KeyToken(idempotency.KeyHash("tenant", "key-1"))
+	id := events.KeyedOrderID(42, token)
+	subj := events.KeyedEventSubject(events.KindCreated, token, 42)
+	seq := strings.TrimPrefix(events.OrderID(42, ""), events.OrderIDPrefix)
+	if want := "orders.events.created." + token + "." + seq; subj != want {
+		t.Fatalf("KeyedEventSubject = %q, want %q", subj, want)
+	}
+	if got := events.KeySubjects(token); got != "orders.events.*."+token+".*" {
+		t.Fatalf("KeySubjects = %q", got)
+	}
+	f, ok := events.KeyedOrderSubjects(id)
+	if !ok || f != "orders.events.*."+token+"."+seq {
+		t.Fatalf("KeyedOrderSubjects(%q) = %q %v", id, f, ok)
+	}
+	if _, ok := events.KeyedOrderSubjects(events.OrderID(42, "Z4A8K2M9QX7RT")); ok {
+		t.Fatal("an unkeyed ID has keyed subjects")
+	}
+	// Every keyed subject is under the event stream's subjects and has five
+	// tokens, none of them empty or a wildcard.
+	if !strings.HasPrefix(subj, events.EventSubjectPrefix) || len(strings.Split(subj, ".")) != 5 || strings.ContainsAny(subj, "*> ") {
+		t.Fatalf("subject %q", subj)
+	}
+}
