@@ -178,9 +178,11 @@ func TestEvictFreesOnlyAStuckPendingKey(t *testing.T) {
 		t.Fatalf("%d %s", done.Status, done.Body)
 	}
 	var k admin.Key
-	orderlytest.Eventually(t, 10*time.Second, "the stored response", func() bool {
+	// The response is stored a moment before the order's event (ADR 0009):
+	// wait for both.
+	orderlytest.Eventually(t, 10*time.Second, "the stored response and its event", func() bool {
 		k, err = admin.LookUp(ctx, js, hash("done-1"))
-		return err == nil && k.State == idempotency.StateCompleted
+		return err == nil && k.State == idempotency.StateCompleted && k.Decision != "undecided"
 	})
 	if k.Response == nil || k.Response.Status != http.StatusCreated || k.Response.Body != string(done.Body) || k.Decision != "created" ||
 		k.Expires.Sub(k.Stored) != 24*time.Hour || k.OrderID != done.JSON(t)["id"] {
