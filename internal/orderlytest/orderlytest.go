@@ -220,11 +220,13 @@ func (i *Instance) PostOrder(t testing.TB, key string, body []byte, header ...st
 	return Do(t, http.MethodPost, i.URL+"/v1/orders", body, h...)
 }
 
-// Events returns every stored event of ORDER_EVENTS, decoded.
+// Events returns every stored event of ORDER_EVENTS, decoded, once the
+// processors have settled (see settle).
 func Events(t testing.TB, js jetstream.JetStream) []events.RawEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	settle(ctx, js)
 	s, err := js.Stream(ctx, events.EventStream)
 	if err != nil {
 		t.Fatal(err)
@@ -244,6 +246,29 @@ func Events(t testing.TB, js jetstream.JetStream) []events.RawEvent {
 	}
 	return out
 }
+
+// settle waits, at most settleWait, until the processors' consumer has
+// nothing pending or unacknowledged. Since ADR 0009 an order's response is
+// stored a moment before its event (the command is acked after the event), so
+// a test that reads the events right after its answers would miss the last
+// ones. A processor that does not run, or stays busy, is not waited for
+// longer: the events are read as they are then.
+func settle(ctx context.Context, js jetstream.JetStream) {
+	deadline := time.Now().Add(settleWait)
+	for {
+		c, err := js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer)
+		if err != nil {
+			return
+		}
+		info, err := c.Info(ctx)
+		if err != nil || info.NumPending == 0 && info.NumAckPending == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+const settleWait = 5 * time.Second
 
 // CreatedByKey counts the OrderCreated events per idempotency key hash.
 func CreatedByKey(t testing.TB, js jetstream.JetStream) map[string]int {

@@ -29,6 +29,8 @@ func TestTail(t *testing.T) {
 			t.Fatalf("setup: %d", r.Status)
 		}
 	}
+	// An answer precedes its event by a moment (ADR 0009).
+	orderlytest.Eventually(t, 10*time.Second, "the three events", func() bool { return len(orderlytest.Events(t, js)) == 3 })
 
 	cases := []struct {
 		name  string
