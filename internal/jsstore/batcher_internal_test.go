@@ -65,21 +65,33 @@ func TestBatchKeepsOneConditionPerFilter(t *testing.T) {
 // StartBare starts an embedded server without orderly's topology for a test
 // of this directory (the external tests use it too) and returns a JetStream
 // context on it; everything stops when the test ends.
-func StartBare(t *testing.T, fsync natsserver.Fsync) jetstream.JetStream {
+func StartBare(t testing.TB, fsync natsserver.Fsync) jetstream.JetStream {
 	t.Helper()
-	ns, err := natsserver.Start(context.Background(), natsserver.Config{ServerName: "t", StoreDir: t.TempDir(), Fsync: fsync})
+	stop, js := StartBareAt(t, t.TempDir(), fsync)
+	t.Cleanup(stop)
+	return js
+}
+
+// StartBareAt is StartBare on the store directory dir; stop shuts the server
+// down (a benchmark restarts one on the same directory).
+func StartBareAt(t testing.TB, dir string, fsync natsserver.Fsync) (stop func(), js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns, err := natsserver.Start(ctx, natsserver.Config{ServerName: "t", StoreDir: dir, Fsync: fsync})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	stop = func() { ns.Shutdown(); ns.WaitForShutdown() }
 	nc, err := nats.Connect("", nats.InProcessServer(ns))
 	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
+	if js, err = jetstream.New(nc); err != nil {
+		stop()
 		t.Fatal(err)
 	}
-	return js
+	return stop, js
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -121,8 +120,8 @@ func BenchmarkSubjectIndexPerOrder(b *testing.B) {
 // fill starts a server on dir, creates streams and stores n orders' subjects.
 func fill(b *testing.B, dir string, streams []jetstream.StreamConfig, n int, subjects func(int) []string) {
 	ctx := context.Background()
-	ns, js := startAt(b, dir)
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	stop, js := jsstore.StartBareAt(b, dir, natsserver.Fsync{Interval: time.Second})
+	defer stop()
 	for _, cfg := range streams {
 		if _, err := js.CreateStream(ctx, cfg); err != nil {
 			b.Fatal(err)
@@ -147,34 +146,14 @@ func fill(b *testing.B, dir string, streams []jetstream.StreamConfig, n int, sub
 // serverHeap is the live heap while a server runs on dir with its streams
 // loaded, settle after it started, less the heap after it stopped.
 func serverHeap(b *testing.B, dir string, settle time.Duration) uint64 {
-	ns, js := startAt(b, dir)
+	stop, js := jsstore.StartBareAt(b, dir, natsserver.Fsync{Interval: time.Second})
 	for name := range js.StreamNames(context.Background()).Name() {
 		_ = name // listing loads every stream
 	}
 	time.Sleep(settle)
 	with := liveHeap()
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	stop()
 	return with - min(with, liveHeap())
-}
-
-func startAt(b *testing.B, dir string) (*server.Server, jetstream.JetStream) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ns, err := natsserver.Start(ctx, natsserver.Config{ServerName: "bench", StoreDir: dir, Fsync: natsserver.Fsync{Interval: time.Second}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	nc, err := nats.Connect("", nats.InProcessServer(ns))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return ns, js
 }
 
 func liveHeap() uint64 {
