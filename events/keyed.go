@@ -47,7 +47,7 @@ func IsBase64URL(s string) bool {
 // with key token token: ord_, 13 characters of the sequence (as in OrderID,
 // so that IDs sort by arrival), then the token; 37 characters.
 func KeyedOrderID(seq uint64, token string) string {
-	return OrderID(seq, "")[:len(OrderIDPrefix)+seqLen] + token
+	return OrderID(seq, token) // the same layout, the token in the nonce's place
 }
 
 // ParseKeyedOrderID splits a keyed order ID into its command's sequence and
@@ -68,7 +68,7 @@ func ParseKeyedOrderID(id string) (seq uint64, token string, ok bool) {
 // order whose command is stored at seq, with key token token:
 // orders.events.<kind>.<token>.<seq>.
 func KeyedEventSubject(k Kind, token string, seq uint64) string {
-	return EventSubjectPrefix + string(k) + "." + token + "." + OrderID(seq, "")[len(OrderIDPrefix):]
+	return EventSubjectPrefix + string(k) + "." + token + "." + seqToken(seq)
 }
 
 // KeySubjects filters every keyed event of one key, of any kind and order:
@@ -77,12 +77,26 @@ func KeySubjects(token string) string {
 	return EventSubjectPrefix + "*." + token + ".*"
 }
 
-// KeyedOrderSubjects filters the events of one keyed order ID:
-// orders.events.*.<token>.<seq>; ok is false when id is not a keyed ID.
-func KeyedOrderSubjects(id string) (filter string, ok bool) {
-	seq, token, ok := ParseKeyedOrderID(id)
-	if !ok {
-		return "", false
+// OrderFilter is the subject filter of the events of order id, in either form
+// of order ID: orders.events.*.<id>, or orders.events.*.<token>.<seq> for a
+// keyed ID; ok is false when id is neither (it must not become a subject).
+func OrderFilter(id string) (filter string, ok bool) {
+	if seq, token, keyed := ParseKeyedOrderID(id); keyed {
+		return EventSubjectPrefix + "*." + token + "." + seqToken(seq), true
 	}
-	return EventSubjectPrefix + "*." + token + "." + OrderID(seq, "")[len(OrderIDPrefix):], true
+	if ValidOrderID(id) {
+		return OrderSubjects(id), true
+	}
+	return "", false
+}
+
+// OrderIDOfSubject is the order ID an event subject is about: its last token,
+// or, for a keyed subject (orders.events.<kind>.<token>.<seq>), the keyed ID.
+func OrderIDOfSubject(subj string) string {
+	last := strings.LastIndexByte(subj, '.')
+	rest := subj[:last]
+	if strings.Count(rest, ".") == strings.Count(EventSubjectPrefix, ".")+1 { // ...<kind>.<token>
+		return OrderIDPrefix + subj[last+1:] + rest[strings.LastIndexByte(rest, '.')+1:]
+	}
+	return subj[last+1:]
 }

@@ -62,12 +62,21 @@ func TestKeyedSubjects(t *testing.T) {
 	if got := events.KeySubjects(token); got != "orders.events.*."+token+".*" {
 		t.Fatalf("KeySubjects = %q", got)
 	}
-	f, ok := events.KeyedOrderSubjects(id)
-	if !ok || f != "orders.events.*."+token+"."+seq {
-		t.Fatalf("KeyedOrderSubjects(%q) = %q %v", id, f, ok)
+	unkeyed := events.OrderID(42, "Z4A8K2M9QX7RT")
+	for id, want := range map[string]string{id: "orders.events.*." + token + "." + seq, unkeyed: "orders.events.*." + unkeyed} {
+		if f, ok := events.OrderFilter(id); !ok || f != want {
+			t.Fatalf("OrderFilter(%q) = %q %v, want %q", id, f, ok, want)
+		}
 	}
-	if _, ok := events.KeyedOrderSubjects(events.OrderID(42, "Z4A8K2M9QX7RT")); ok {
-		t.Fatal("an unkeyed ID has keyed subjects")
+	for _, bad := range []string{"", ">", "ord_*", id + ".x", "orders.events.>"} {
+		if f, ok := events.OrderFilter(bad); ok {
+			t.Fatalf("OrderFilter(%q) = %q", bad, f)
+		}
+	}
+	for s, want := range map[string]string{subj: id, events.EventSubject(events.KindRejected, unkeyed): unkeyed} {
+		if got := events.OrderIDOfSubject(s); got != want {
+			t.Fatalf("OrderIDOfSubject(%q) = %q, want %q", s, got, want)
+		}
 	}
 	// Every keyed subject is under the event stream's subjects and has five
 	// tokens, none of them empty or a wildcard.

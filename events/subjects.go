@@ -91,11 +91,21 @@ const (
 func OrderID(seq uint64, nonce string) string {
 	b := make([]byte, 0, len(OrderIDPrefix)+seqLen+len(nonce))
 	b = append(b, OrderIDPrefix...)
+	return string(append(appendSeq(b, seq), nonce...))
+}
+
+// appendSeq appends seq as the seqLen characters of Crockford base32 that
+// order IDs and keyed event subjects carry: fixed width, so they sort by
+// sequence.
+func appendSeq(b []byte, seq uint64) []byte {
 	for i := seqLen - 1; i >= 0; i-- {
 		b = append(b, crockford[(seq>>(5*uint(i)))&31])
 	}
-	return string(append(b, nonce...))
+	return b
 }
+
+// seqToken is seq as a token of its own (see appendSeq).
+func seqToken(seq uint64) string { return string(appendSeq(make([]byte, 0, seqLen), seq)) }
 
 // ParseOrderID splits an order ID into its command's stream sequence and nonce.
 func ParseOrderID(id string) (seq uint64, nonce string, ok bool) {

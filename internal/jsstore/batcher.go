@@ -157,21 +157,17 @@ func (b *Batcher) send(items []*batchItem) {
 // group.
 func oneConditionEach(items []*batchItem) [][]*batchItem {
 	var groups [][]*batchItem
-	var seen []map[string]bool
+	times := map[string]int{} // the n-th message with a condition goes to group n
 	for _, it := range items {
-		c := conditionOn(it.msg)
 		g := 0
-		for c != "" && g < len(groups) && seen[g][c] {
-			g++
+		if c := conditionOn(it.msg); c != "" {
+			g = times[c]
+			times[c]++
 		}
 		if g == len(groups) {
 			groups = append(groups, nil)
-			seen = append(seen, map[string]bool{})
 		}
 		groups[g] = append(groups[g], it)
-		if c != "" {
-			seen[g][c] = true
-		}
 	}
 	return groups
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,12 +68,8 @@ func (e *Events) publish(ctx context.Context, subject, id string, after uint64, 
 // or the ID is not an order ID. It is one read of the order's own subjects.
 // Errors are *StoreError.
 func (e *Events) Event(ctx context.Context, orderID string) (data []byte, ok bool, err error) {
-	filter, keyed := events.KeyedOrderSubjects(orderID)
-	switch {
-	case keyed:
-	case events.ValidOrderID(orderID):
-		filter = events.OrderSubjects(orderID)
-	default:
+	filter, ok := events.OrderFilter(orderID)
+	if !ok {
 		return nil, false, nil
 	}
 	m, err := e.stream.GetLastMsgForSubject(ctx, filter)
@@ -94,18 +89,8 @@ func (e *Events) FollowDecisions(ctx context.Context, f func(orderID string)) (s
 	return follow(ctx, e.js, events.EventStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.EventSubjects}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
 	}, func(m jetstream.Msg) {
-		f(orderIDOf(m.Subject()))
+		f(events.OrderIDOfSubject(m.Subject()))
 	})
-}
-
-// orderIDOf is the order ID an event subject is about: its last token, or,
-// for a keyed subject (orders.events.<kind>.<key>.<seq>), the keyed ID.
-func orderIDOf(subj string) string {
-	rest := strings.TrimPrefix(subj, events.EventSubjectPrefix)
-	if parts := strings.Split(rest, "."); len(parts) == 3 { // <kind>.<key>.<seq>
-		return events.OrderIDPrefix + parts[2] + parts[1]
-	}
-	return subj[strings.LastIndexByte(subj, '.')+1:]
 }
 
 // KeyEvent is the last keyed event of an idempotency key (ADR 0010).

@@ -1,8 +1,8 @@
-package jsstore_test
+package jsstore
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/internal/natsserver"
-	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
 // TestAtomicBatchConditions pins what nats-server checks inside one atomic
@@ -29,7 +28,9 @@ import (
 // filter in separate batches (TestBatchKeepsOneConditionPerFilter).
 func TestAtomicBatchConditions(t *testing.T) {
 	t.Parallel()
-	js := orderlytest.JetStream(t, natsserver.Fsync{Interval: time.Second})
+	js := StartBare(t, natsserver.Fsync{Interval: time.Second})
+	b := NewBatcher(js, 1, 5*time.Second)
+	t.Cleanup(b.Stop)
 	ctx := context.Background()
 	for i, tc := range []struct {
 		name     string
@@ -45,75 +46,40 @@ func TestAtomicBatchConditions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "FACTS" + strconv.Itoa(i)
-			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"f.>"}, AllowAtomicPublish: true}); err != nil {
+			s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"f.>"}, AllowAtomicPublish: true})
+			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = js.DeleteStream(ctx, name) }()
-			code, reply := atomicBatch(t, js.Conn(), tc.subjects, tc.filter, tc.msgID)
-			if code != tc.code {
-				t.Fatalf("commit answered %s, want error code %d", reply, tc.code)
+			// One atomic batch as the Batcher sends it (commit, without its
+			// splitting of conditions on one filter).
+			var items []*batchItem
+			for _, subj := range tc.subjects {
+				m := &nats.Msg{Subject: subj, Data: []byte("x")}
+				SetExpectLastSubjectSeq(m, 0, tc.filter)
+				if tc.msgID != "" {
+					SetMsgID(m, tc.msgID)
+				}
+				items = append(items, &batchItem{ctx: ctx, msg: m})
 			}
-			s, err := js.Stream(ctx, name)
-			if err != nil {
-				t.Fatal(err)
+			_, commitErr := b.commit(ctx, items)
+			code := 0
+			var apiErr *jetstream.APIError
+			if errors.As(commitErr, &apiErr) {
+				code = int(apiErr.ErrorCode)
+			} else if commitErr != nil {
+				t.Fatal(commitErr)
+			}
+			if code != tc.code {
+				t.Fatalf("commit answered %v, want error code %d", commitErr, tc.code)
 			}
 			info, err := s.Info(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if info.State.Msgs != tc.stored {
-				t.Fatalf("stored %d messages, want %d; commit answered %s", info.State.Msgs, tc.stored, reply)
+				t.Fatalf("stored %d messages, want %d; commit answered %v", info.State.Msgs, tc.stored, commitErr)
 			}
 		})
 	}
-}
-
-// atomicBatch publishes one message on each subject as one atomic batch, each
-// expecting no earlier message on its subject (or on filter), with msgID when
-// set, and returns the commit's error code (0 when it committed) and answer.
-func atomicBatch(t *testing.T, nc *nats.Conn, subjects [2]string, filter, msgID string) (int, string) {
-	t.Helper()
-	inbox := nats.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	batchID := nats.NewInbox()[len("_INBOX."):]
-	for i, subj := range subjects {
-		m := nats.NewMsg(subj)
-		m.Data = []byte("x")
-		m.Header.Set("Nats-Batch-Id", batchID)
-		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-		if filter != "" {
-			m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
-		}
-		if msgID != "" {
-			m.Header.Set(jetstream.MsgIDHeader, msgID)
-		}
-		if i == len(subjects)-1 {
-			m.Header.Set("Nats-Batch-Commit", "1")
-			m.Reply = inbox
-		}
-		if err := nc.PublishMsg(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r, err := sub.NextMsg(5 * time.Second)
-	if err != nil {
-		t.Fatalf("no answer to the commit: %v", err)
-	}
-	var ack struct {
-		Error *struct {
-			ErrCode int `json:"err_code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(r.Data, &ack); err != nil {
-		t.Fatalf("commit answer %q: %v", r.Data, err)
-	}
-	if ack.Error == nil {
-		return 0, string(r.Data)
-	}
-	return ack.Error.ErrCode, string(r.Data)
 }
