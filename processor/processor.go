@@ -38,6 +38,46 @@ type EventStore interface {
 	Event(ctx context.Context, orderID string) (data []byte, ok bool, err error)
 }
 
+// BatchClaims is implemented by Claims that make several claims with one wait
+// (HandleBatch uses it; without it, the claims are made one by one).
+type BatchClaims interface {
+	ClaimAll(ctx context.Context, reqs []ClaimRequest) []ClaimOutcome
+}
+
+// ClaimRequest is one claim of ClaimAll: Claim(ctx, Key, Record).
+type ClaimRequest struct {
+	Key    string
+	Record idempotency.Record
+}
+
+// ClaimOutcome is what Claim returns for one claim of ClaimAll.
+type ClaimOutcome struct {
+	Holder idempotency.Record
+	Won    bool
+	Err    error
+}
+
+// BatchEvents is implemented by event stores that store several events with
+// one wait (HandleBatch uses it; without it, they are appended one by one).
+type BatchEvents interface {
+	AppendAll(ctx context.Context, reqs []AppendRequest) []AppendOutcome
+}
+
+// AppendRequest is one event of AppendAll: Append(Ctx, Kind, OrderID, Data).
+// Ctx carries the trace of the command the event decides.
+type AppendRequest struct {
+	Ctx     context.Context
+	Kind    events.Kind
+	OrderID string
+	Data    []byte
+}
+
+// AppendOutcome is what Append returns for one event of AppendAll.
+type AppendOutcome struct {
+	Stored bool
+	Err    error
+}
+
 // Deps are the processor's ports.
 type Deps struct {
 	Claims Claims
@@ -76,6 +116,9 @@ type Delivery struct {
 	OrderSeq uint64
 	// Delivered counts the deliveries of the command, 1 the first time.
 	Delivered int
+	// Ctx, when not nil, carries the delivery's trace (its logs and its
+	// event's headers) in a batch; the batch's context is used otherwise.
+	Ctx context.Context
 }
 
 // Handler turns a CreateOrder command into OrderCreated or OrderRejected.
@@ -123,49 +166,151 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 // own (same order ID), from which the same decision is made again, byte for
 // byte, and the event store keeps the first terminal event of an order.
 func (h *Handler) Handle(ctx context.Context, d Delivery) error {
-	cmd, orderID, err := decodeCommand(d)
-	if err != nil {
-		return Permanent(err)
+	return h.HandleBatch(ctx, []Delivery{d})[0]
+}
+
+// HandleBatch processes deliveries as Handle processes each, and returns
+// each one's error in order. Their claims are made together, then their
+// events are stored together (ADR 0011): with ports that implement
+// BatchClaims and BatchEvents that is two waits for the whole batch instead
+// of two round trips per command. Each command's steps keep their order, so
+// a crash anywhere leaves each one where Handle would have left it. Two
+// commands of one key in a batch: the first claim stored wins, as between
+// two processors.
+func (h *Handler) HandleBatch(ctx context.Context, ds []Delivery) []error {
+	errs := make([]error, len(ds))
+	type work struct {
+		i       int
+		ctx     context.Context
+		cmd     events.CreateOrder
+		orderID string
+		dec     Decision
+		holder  idempotency.Record
+		won     bool
 	}
-	if h.cfg.Hooks.BeforeClaim != nil {
-		if err := h.cfg.Hooks.BeforeClaim(ctx, cmd, d.Delivered); err != nil {
-			return err
+	ws := make([]work, 0, len(ds))
+	for i, d := range ds {
+		dctx := d.Ctx
+		if dctx == nil {
+			dctx = ctx
 		}
+		cmd, orderID, err := decodeCommand(d)
+		if err != nil {
+			errs[i] = Permanent(err)
+			continue
+		}
+		if h.cfg.Hooks.BeforeClaim != nil {
+			if err := h.cfg.Hooks.BeforeClaim(dctx, cmd, d.Delivered); err != nil {
+				errs[i] = err
+				continue
+			}
+		}
+		ws = append(ws, work{i: i, ctx: dctx, cmd: cmd, orderID: orderID, dec: Decide(cmd, orderID, h.now())})
 	}
-	dec := Decide(cmd, orderID, h.now())
-	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, dec.Record)
-	if err != nil {
-		return fmt.Errorf("claim key of %s: %w", orderID, err)
+
+	claims := make([]ClaimRequest, len(ws))
+	for j, w := range ws {
+		claims[j] = ClaimRequest{Key: w.cmd.KeyHash, Record: w.dec.Record}
 	}
+	outcomes := h.claimAll(ctx, claims)
+	claimed := ws[:0]
+	for j, w := range ws {
+		o := outcomes[j]
+		if o.Err != nil {
+			errs[w.i] = fmt.Errorf("claim key of %s: %w", w.orderID, o.Err)
+			continue
+		}
+		w.holder, w.won = o.Holder, o.Won
+		w.dec = h.decision(w.cmd, w.orderID, w.dec, o.Holder, o.Won)
+		if w.dec.HoldsKey() && h.cfg.Hooks.AfterClaim != nil {
+			if err := h.cfg.Hooks.AfterClaim(w.ctx, w.cmd, ds[w.i].Delivered); err != nil {
+				errs[w.i] = err
+				continue
+			}
+		}
+		claimed = append(claimed, w)
+	}
+
+	appends := make([]AppendRequest, len(claimed))
+	for j, w := range claimed {
+		appends[j] = AppendRequest{Ctx: w.ctx, Kind: w.dec.Kind, OrderID: w.orderID, Data: w.dec.Event}
+	}
+	for j, o := range h.appendAll(ctx, appends) {
+		w := claimed[j]
+		if o.Err != nil {
+			errs[w.i] = fmt.Errorf("store %s event of %s: %w", w.dec.Kind, w.orderID, o.Err)
+			continue
+		}
+		if o.Stored {
+			h.decided.WithLabelValues(string(w.dec.Kind)).Inc()
+		}
+		errs[w.i] = h.settled(w.ctx, w.cmd, w.orderID, w.dec, w.holder, w.won, o.Stored)
+	}
+	return errs
+}
+
+// decision is the decision that stands once the key's claim returned holder:
+// dec when this command won the key, the decision stored for it by an
+// earlier delivery, or the rejection of a duplicate or a reused key.
+func (h *Handler) decision(cmd events.CreateOrder, orderID string, dec Decision, holder idempotency.Record, won bool) Decision {
 	switch {
 	case won:
+		return dec
 	case holder.OrderID == orderID: // ours, from an earlier delivery
-		dec = h.again(cmd, orderID, holder)
+		return h.again(cmd, orderID, holder)
 	case holder.Fingerprint == cmd.Fingerprint:
-		dec = reject(cmd, orderID, h.now(), events.ReasonDuplicate, holder.OrderID,
+		return reject(cmd, orderID, h.now(), events.ReasonDuplicate, holder.OrderID,
 			fmt.Sprintf("the idempotency key already belongs to order %s with the same request", holder.OrderID))
 	default:
-		dec = reject(cmd, orderID, h.now(), events.ReasonKeyReused, holder.OrderID,
+		return reject(cmd, orderID, h.now(), events.ReasonKeyReused, holder.OrderID,
 			fmt.Sprintf("the idempotency key already belongs to order %s with a different request", holder.OrderID))
 	}
-	if dec.HoldsKey() && h.cfg.Hooks.AfterClaim != nil {
-		if err := h.cfg.Hooks.AfterClaim(ctx, cmd, d.Delivered); err != nil {
-			return err
-		}
+}
+
+// claimAll makes the claims, at once when the port can.
+func (h *Handler) claimAll(ctx context.Context, reqs []ClaimRequest) []ClaimOutcome {
+	if b, ok := h.deps.Claims.(BatchClaims); ok && len(reqs) > 1 {
+		return b.ClaimAll(ctx, reqs)
 	}
-	return h.settle(ctx, cmd, orderID, dec, holder, won)
+	out := make([]ClaimOutcome, len(reqs))
+	for i, q := range reqs {
+		out[i].Holder, out[i].Won, out[i].Err = h.deps.Claims.Claim(ctx, q.Key, q.Record)
+	}
+	return out
+}
+
+// appendAll stores the events, at once when the port can.
+func (h *Handler) appendAll(ctx context.Context, reqs []AppendRequest) []AppendOutcome {
+	if b, ok := h.deps.Events.(BatchEvents); ok && len(reqs) > 1 {
+		return b.AppendAll(ctx, reqs)
+	}
+	out := make([]AppendOutcome, len(reqs))
+	for i, q := range reqs {
+		qctx := q.Ctx
+		if qctx == nil {
+			qctx = ctx
+		}
+		out[i].Stored, out[i].Err = h.deps.Events.Append(qctx, q.Kind, q.OrderID, q.Data)
+	}
+	return out
 }
 
 // settle stores the decision's event and sees that the key's response and
-// the order's stored event say the same: when the order had an event before
-// this delivery won its key, and when the key holds a pending claim of a
-// version before ADR 0009, which that version's projector would have
-// completed.
+// the order's stored event say the same (settled).
 func (h *Handler) settle(ctx context.Context, cmd events.CreateOrder, orderID string, dec Decision, holder idempotency.Record, won bool) error {
 	stored, err := h.store(ctx, orderID, dec)
 	if err != nil {
 		return err
 	}
+	return h.settled(ctx, cmd, orderID, dec, holder, won, stored)
+}
+
+// settled sees, once the decision's event is stored (or was, stored false),
+// that the key's response and the order's stored event say the same: when
+// the order had an event before this delivery won its key, and when the key
+// holds a pending claim of a version before ADR 0009, which that version's
+// projector would have completed.
+func (h *Handler) settled(ctx context.Context, cmd events.CreateOrder, orderID string, dec Decision, holder idempotency.Record, won, stored bool) error {
 	legacy := !won && holder.OrderID == orderID && !holder.Completed()
 	switch {
 	case legacy && stored:

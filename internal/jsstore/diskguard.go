@@ -134,8 +134,17 @@ type guarded struct {
 const storedOverhead = 64
 
 func (p guarded) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if err := p.admit(msg); err != nil {
+		return nil, err
+	}
+	return p.pub.PublishMsg(ctx, msg, opts...)
+}
+
+// admit refuses msg when the free space is below the threshold, and else
+// counts its size as used.
+func (p guarded) admit(msg *nats.Msg) error {
 	if free := p.g.Free(); free < p.threshold {
-		return nil, fmt.Errorf("%w: %d KiB free, writes of this kind stop below %d KiB", ErrStorageLow, free>>10, p.threshold>>10)
+		return fmt.Errorf("%w: %d KiB free, writes of this kind stop below %d KiB", ErrStorageLow, free>>10, p.threshold>>10)
 	}
 	size := int64(len(msg.Subject) + len(msg.Data) + storedOverhead)
 	for k, v := range msg.Header {
@@ -144,5 +153,5 @@ func (p guarded) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstrea
 		}
 	}
 	p.g.free.Add(-size)
-	return p.pub.PublishMsg(ctx, msg, opts...)
+	return nil
 }

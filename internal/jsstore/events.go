@@ -42,10 +42,55 @@ func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data
 	return e.publish(ctx, events.EventSubject(k, orderID), events.EventID(k, orderID), 0, events.OrderSubjects(orderID), data)
 }
 
+// AppendReq is one event of AppendAll. Ctx carries the trace of the
+// message the event is about (nil: the call's).
+type AppendReq struct {
+	Ctx     context.Context
+	Kind    events.Kind
+	OrderID string
+	Data    []byte
+}
+
+// AppendResult is the outcome of one event of AppendAll: what Append returns.
+type AppendResult struct {
+	Stored bool
+	Err    error
+}
+
+// AppendAll stores the events at once, each as Append does: their publishes
+// go out together and are waited for once.
+func (e *Events) AppendAll(ctx context.Context, reqs []AppendReq) []AppendResult {
+	res := make([]AppendResult, len(reqs))
+	msgs := make([]*nats.Msg, 0, len(reqs))
+	sent := make([]int, 0, len(reqs))
+	for i, q := range reqs {
+		if !events.ValidOrderID(q.OrderID) {
+			res[i].Err = fmt.Errorf("append event: invalid order ID %q", q.OrderID)
+			continue
+		}
+		qctx := q.Ctx
+		if qctx == nil {
+			qctx = ctx
+		}
+		msgs = append(msgs, eventMsg(qctx, events.EventSubject(q.Kind, q.OrderID), events.EventID(q.Kind, q.OrderID), 0, events.OrderSubjects(q.OrderID), q.Data))
+		sent = append(sent, i)
+	}
+	for j, p := range PublishAll(ctx, e.pub, msgs) {
+		res[sent[j]].Stored, res[sent[j]].Err = appended(p.Ack, p.Err)
+	}
+	return res
+}
+
 // publish stores data on subject with message ID id if the last message under
 // filter is at sequence after; stored is false when it is not, or when the
 // same message was stored just before (a duplicate).
 func (e *Events) publish(ctx context.Context, subject, id string, after uint64, filter string, data []byte) (stored bool, err error) {
+	return appended(e.pub.PublishMsg(ctx, eventMsg(ctx, subject, id, after, filter, data)))
+}
+
+// eventMsg is the event data on subject with message ID id, expecting the
+// last message under filter at sequence after, with the trace of ctx.
+func eventMsg(ctx context.Context, subject, id string, after uint64, filter string, data []byte) *nats.Msg {
 	msg := &nats.Msg{
 		Subject: subject,
 		Header:  nats.Header{"Content-Type": []string{events.ContentType}},
@@ -54,7 +99,12 @@ func (e *Events) publish(ctx context.Context, subject, id string, after uint64, 
 	SetMsgID(msg, id)
 	SetExpectLastSubjectSeq(msg, after, filter)
 	tracing.Inject(ctx, tracing.HeaderCarrier(msg.Header))
-	ack, err := e.pub.PublishMsg(ctx, msg)
+	return msg
+}
+
+// appended is the outcome of an event's publish: stored, refused by its
+// condition (not stored, no error), or failed.
+func appended(ack *jetstream.PubAck, err error) (stored bool, _ error) {
 	switch {
 	case IsWrongLastSequence(err):
 		return false, nil

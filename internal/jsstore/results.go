@@ -72,9 +72,47 @@ func decodeEntry(e jetstream.KeyValueEntry) (idempotency.Record, bool, error) {
 // Create does, without the extra read nats.go's Create makes on a conflict);
 // a conflict costs one read of the holder.
 func (r *Results) Claim(ctx context.Context, key string, claim idempotency.Record) (existing idempotency.Record, won bool, err error) {
+	_, err = r.pub.PublishMsg(ctx, claimMsg(key, claim))
+	return r.claimed(ctx, key, claim, err)
+}
+
+// ClaimReq is one claim of ClaimAll.
+type ClaimReq struct {
+	Key   string
+	Claim idempotency.Record
+}
+
+// ClaimResult is the outcome of one claim of ClaimAll: what Claim returns.
+type ClaimResult struct {
+	Holder idempotency.Record
+	Won    bool
+	Err    error
+}
+
+// ClaimAll makes the claims at once, each as Claim does: their publishes go
+// out together and are waited for once; a conflict costs a read of its
+// holder, as in Claim. Two claims of one key: the first stored wins.
+func (r *Results) ClaimAll(ctx context.Context, reqs []ClaimReq) []ClaimResult {
+	msgs := make([]*nats.Msg, len(reqs))
+	for i, q := range reqs {
+		msgs[i] = claimMsg(q.Key, q.Claim)
+	}
+	res := make([]ClaimResult, len(reqs))
+	for i, p := range PublishAll(ctx, r.pub, msgs) {
+		res[i].Holder, res[i].Won, res[i].Err = r.claimed(ctx, reqs[i].Key, reqs[i].Claim, p.Err)
+	}
+	return res
+}
+
+// claimMsg is the claim of key: its record, expecting the key to have none.
+func claimMsg(key string, claim idempotency.Record) *nats.Msg {
 	msg := &nats.Msg{Subject: resultsSubject + key, Data: claim.Encode()}
 	SetExpectLastSubjectSeq(msg, 0, "")
-	_, err = r.pub.PublishMsg(ctx, msg)
+	return msg
+}
+
+// claimed is the outcome of the claim of key whose publish returned err.
+func (r *Results) claimed(ctx context.Context, key string, claim idempotency.Record, err error) (existing idempotency.Record, won bool, _ error) {
 	if err == nil {
 		return claim, true, nil
 	}

@@ -261,7 +261,13 @@ func settle(ctx context.Context, js jetstream.JetStream) {
 			return
 		}
 		info, err := c.Info(ctx)
-		if err != nil || info.NumPending == 0 && info.NumAckPending == 0 || time.Now().After(deadline) {
+		if err != nil || time.Now().After(deadline) {
+			return
+		}
+		// The pending count alone can lag a command just stored: the ack
+		// floor must have reached the stream's last command too.
+		s, err := js.Stream(ctx, events.CommandStream)
+		if err != nil || info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= s.CachedInfo().State.LastSeq {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

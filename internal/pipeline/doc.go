@@ -23,6 +23,15 @@
 //     DeadLetterSubject, and only when both are stored is it acked. If either
 //     write fails the message is not acked: the give-up is tried again.
 //
+// A Handler with HandleBatch gets the messages that arrived together (up to
+// a quarter of Concurrency, so that several batches are in hand at once) in
+// one attempt, and returns an error for each, meaning what Handle's would;
+// each delivery is settled by its own. Those held during a fault are tried
+// again together; an attempt that fails as a whole (a panic) settles none of
+// its deliveries, which are then tried one by one at once, so that a poisoned
+// message costs the others no delivery. The sizes that form are the
+// histogram orderly_pipeline_batch_size.
+//
 // Nothing is acked that was not handled or dead-lettered. The consumer must
 // not bound deliveries itself (MaxDeliver -1): the server never moves past a
 // message on its own. Handlers must be idempotent: after a crash, or when one
@@ -38,7 +47,8 @@
 //
 // Watermill's router runs the handlers (one handler per pipeline, its
 // middleware chain, Run and Close); the pipeline supplies the subscriber (a
-// pull consumer with flow control), the policy above, a pool of long-lived
+// pull consumer with flow control; one router message per batch, or per
+// delivery without HandleBatch), the policy above, a pool of long-lived
 // workers and watermill's Recoverer on the worker, so that a panic is an
-// error like any other (ADR 0005).
+// error like any other (ADR 0005, ADR 0011).
 package pipeline

@@ -38,11 +38,18 @@ type Delivery struct {
 	settled atomic.Bool
 }
 
-// Handler is what a pipeline runs. Handle is required; GiveUp is optional.
+// Handler is what a pipeline runs. Handle is required; HandleBatch and
+// GiveUp are optional.
 type Handler struct {
 	// Handle handles one delivery; see the package comment for what its
 	// error means. It must be idempotent.
 	Handle func(ctx context.Context, d *Delivery) error
+	// HandleBatch, when set, handles the deliveries that arrived together
+	// (at most Concurrency) in one attempt, and returns each one's error in
+	// order, each meaning what Handle's would. Each delivery is then settled
+	// on its own; those held during an infrastructure fault are tried again
+	// together. The trace of a delivery is d.Trace(ctx).
+	HandleBatch func(ctx context.Context, ds []*Delivery) []error
 	// GiveUp runs before a message that cannot be handled is dead-lettered,
 	// with the cause; it records what the failure means (and must be
 	// idempotent). An error keeps the message: the give-up is tried again.
@@ -284,79 +291,136 @@ func (p *Pipeline) Close() error {
 // Held is the number of messages held during an infrastructure fault.
 func (p *Pipeline) Held() int { return int(p.held.Load()) }
 
-type deliveryKey struct{}
+type batchKey struct{}
 
-func deliveryOf(m *message.Message) *Delivery { return m.Context().Value(deliveryKey{}).(*Delivery) }
-
-// handle is the innermost watermill handler: one attempt of the Handler.
-func (p *Pipeline) handle(m *message.Message) error {
-	d := deliveryOf(m)
-	ctx, cancel := context.WithTimeout(d.traced(m.Context()), p.cfg.Timeout)
-	defer cancel()
-	return p.h.Handle(ctx, d)
+// batch is the deliveries of one router message: those that arrived
+// together, or one when the handler has no HandleBatch.
+type batch struct {
+	ds   []*Delivery
+	try  []*Delivery // the deliveries of the current attempt
+	errs []error     // their errors, set by the attempt
 }
 
-// traced is ctx with the trace context of d's headers (W3C traceparent), so
+func batchOf(m *message.Message) *batch { return m.Context().Value(batchKey{}).(*batch) }
+
+// errNoOutcome fails a delivery for which HandleBatch returned no error slot.
+var errNoOutcome = errors.New("pipeline: the handler returned no outcome for the delivery")
+
+// handle is the innermost watermill handler: one attempt of the Handler on
+// the batch's current deliveries.
+func (p *Pipeline) handle(m *message.Message) error {
+	b := batchOf(m)
+	b.errs = nil
+	if p.h.HandleBatch != nil {
+		ctx, cancel := context.WithTimeout(m.Context(), p.cfg.Timeout)
+		defer cancel()
+		b.errs = p.h.HandleBatch(ctx, b.try)
+		return nil
+	}
+	b.errs = make([]error, len(b.try))
+	for i, d := range b.try {
+		ctx, cancel := context.WithTimeout(d.Trace(m.Context()), p.cfg.Timeout)
+		b.errs[i] = p.h.Handle(ctx, d)
+		cancel()
+	}
+	return nil
+}
+
+// Trace is ctx with the trace context of d's headers (W3C traceparent), so
 // that the handler's spans and every log line about d carry d's trace.
-func (d *Delivery) traced(ctx context.Context) context.Context {
+func (d *Delivery) Trace(ctx context.Context) context.Context {
 	return tracing.Extract(ctx, tracing.HeaderCarrier(d.Header))
 }
 
-// policy runs attempts of one delivery and settles it (see the package comment).
+// policy runs attempts of a batch and settles each delivery (see the package
+// comment): those held during an infrastructure fault are tried again
+// together, the others are settled at once. An attempt of several
+// deliveries that fails as a whole (a panic) settles none of them: each is
+// then tried alone, at once, so that one poisoned message costs the others
+// no delivery.
 func (p *Pipeline) policy(next message.HandlerFunc) message.HandlerFunc {
 	return func(m *message.Message) ([]*message.Message, error) {
-		d := deliveryOf(m)
-		var hold holding
-		defer hold.release(p)
-		for faults := 1; ; faults++ {
-			_, err := next(m)
+		b := batchOf(m)
+		p.m.batches.Observe(float64(len(b.ds)))
+		for _, d := range p.attempts(m, next, b, b.ds) {
+			p.attempts(m, next, b, []*Delivery{d})
+		}
+		return nil, nil
+	}
+}
+
+// attempts runs attempts of ds until each is settled. It returns the
+// deliveries of an attempt of several that failed as a whole, unsettled.
+func (p *Pipeline) attempts(m *message.Message, next message.HandlerFunc, b *batch, ds []*Delivery) (alone []*Delivery) {
+	var hold holding
+	defer hold.set(p, 0, nil)
+	b.try = ds
+	for faults := 1; ; faults++ {
+		_, attemptErr := next(m)
+		if attemptErr != nil && len(b.try) > 1 && !errors.Is(attemptErr, errWorkersStopped) {
+			return b.try
+		}
+		var held []*Delivery
+		var fault error
+		for i, d := range b.try {
+			err := attemptErr
+			if err == nil {
+				err = errNoOutcome
+				if i < len(b.errs) {
+					err = b.errs[i]
+				}
+			}
 			switch {
 			case err == nil:
 				p.ack(d, "acked")
-				return nil, nil
 			case errors.Is(err, errWorkersStopped):
 				p.nak(d, handBackDelay, "retried")
-				return nil, nil
 			case isPermanent(err):
-				p.giveUp(d, err, &hold)
-				return nil, nil
+				p.giveUp(d, err)
 			case jsstore.IsUnavailable(err):
-				p.m.faults.Inc()
-				hold.begin(p, err)
-				if !p.wait(d, p.cfg.FaultBackoff.Delay(faults)) {
-					p.nak(d, handBackDelay, "retried")
-					return nil, nil
-				}
+				held, fault = append(held, d), err
 			case p.cfg.MaxAttempts > 0 && d.Delivered >= p.cfg.MaxAttempts:
-				p.giveUp(d, fmt.Errorf("after %d deliveries: %w", d.Delivered, err), &hold)
-				return nil, nil
+				p.giveUp(d, fmt.Errorf("after %d deliveries: %w", d.Delivered, err))
 			default:
-				p.logger.WarnContext(d.traced(context.Background()), "handler failed; redelivering later", "seq", d.Seq, "delivered", d.Delivered, "err", err)
+				p.logger.WarnContext(d.Trace(context.Background()), "handler failed; redelivering later", "seq", d.Seq, "delivered", d.Delivered, "err", err)
 				p.nak(d, p.cfg.Backoff.Delay(d.Delivered), "retried")
-				return nil, nil
 			}
 		}
+		if len(held) == 0 {
+			return nil
+		}
+		p.m.faults.Add(float64(len(held)))
+		hold.set(p, len(held), fault)
+		if !p.wait(held, p.cfg.FaultBackoff.Delay(faults)) {
+			for _, d := range held {
+				p.nak(d, handBackDelay, "retried")
+			}
+			return nil
+		}
+		b.try = held
 	}
 }
 
 // giveUp records the failure (Handler.GiveUp), dead-letters the message and
 // acks it; while a write is unavailable it holds the message and tries again.
-func (p *Pipeline) giveUp(d *Delivery, cause error, hold *holding) {
+func (p *Pipeline) giveUp(d *Delivery, cause error) {
+	var hold holding
+	defer hold.set(p, 0, nil)
 	for faults := 1; ; faults++ {
 		err := p.deadLetter(d, cause)
 		if err == nil {
-			p.logger.ErrorContext(d.traced(context.Background()), "message dead-lettered", "seq", d.Seq, "delivered", d.Delivered, "subject", p.cfg.DeadLetterSubject, "cause", cause)
+			p.logger.ErrorContext(d.Trace(context.Background()), "message dead-lettered", "seq", d.Seq, "delivered", d.Delivered, "subject", p.cfg.DeadLetterSubject, "cause", cause)
 			p.ack(d, "dead_lettered")
 			return
 		}
 		if !jsstore.IsUnavailable(err) {
-			p.logger.ErrorContext(d.traced(context.Background()), "dead-lettering failed; redelivering later", "seq", d.Seq, "err", err, "cause", cause)
+			p.logger.ErrorContext(d.Trace(context.Background()), "dead-lettering failed; redelivering later", "seq", d.Seq, "err", err, "cause", cause)
 			p.nak(d, p.cfg.Backoff.Delay(d.Delivered), "retried")
 			return
 		}
 		p.m.faults.Inc()
-		hold.begin(p, err)
-		if !p.wait(d, p.cfg.FaultBackoff.Delay(faults)) {
+		hold.set(p, 1, err)
+		if !p.wait([]*Delivery{d}, p.cfg.FaultBackoff.Delay(faults)) {
 			p.nak(d, handBackDelay, "retried")
 			return
 		}
@@ -373,7 +437,7 @@ func (p *Pipeline) deadLetter(d *Delivery, cause error) (err error) {
 		}
 	}()
 	if p.h.GiveUp != nil {
-		ctx, cancel := context.WithTimeout(d.traced(context.Background()), p.cfg.Timeout)
+		ctx, cancel := context.WithTimeout(d.Trace(context.Background()), p.cfg.Timeout)
 		err := p.h.GiveUp(ctx, d, cause)
 		cancel()
 		if err != nil {
@@ -418,10 +482,15 @@ func DeadLetter(d *Delivery, subject string, cause error) *nats.Msg {
 	return &nats.Msg{Subject: subject, Header: h, Data: d.Data}
 }
 
-// wait waits delay while telling the server the message is in progress; false
-// when the pipeline is closing.
-func (p *Pipeline) wait(d *Delivery, delay time.Duration) bool {
-	_ = d.msg.InProgress()
+// wait waits delay while telling the server that the messages are in
+// progress; false when the pipeline is closing.
+func (p *Pipeline) wait(ds []*Delivery, delay time.Duration) bool {
+	inProgress := func() {
+		for _, d := range ds {
+			_ = d.msg.InProgress()
+		}
+	}
+	inProgress()
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	tick := time.NewTicker(max(p.ackWait/3, 10*time.Millisecond))
@@ -431,7 +500,7 @@ func (p *Pipeline) wait(d *Delivery, delay time.Duration) bool {
 		case <-timer.C:
 			return true
 		case <-tick.C:
-			_ = d.msg.InProgress()
+			inProgress()
 		case <-p.closing:
 			return false
 		}
@@ -467,27 +536,21 @@ func (p *Pipeline) nak(d *Delivery, delay time.Duration, outcome string) {
 	p.m.messages.WithLabelValues(outcome).Inc()
 }
 
-// holding tracks whether one delivery is held during a fault.
-type holding struct{ on bool }
+// holding tracks how many deliveries of one batch are held during a fault.
+type holding struct{ n int }
 
-func (h *holding) begin(p *Pipeline, err error) {
-	if h.on {
+// set makes n the number held (0 releases them); err is the fault.
+func (h *holding) set(p *Pipeline, n int, err error) {
+	delta := n - h.n
+	if delta == 0 {
 		return
 	}
-	h.on = true
-	p.m.held.Inc()
-	if p.held.Add(1) == 1 {
+	h.n = n
+	p.m.held.Add(float64(delta))
+	switch now := p.held.Add(int64(delta)); {
+	case now == int64(delta) && delta > 0:
 		p.logger.Warn("NATS unavailable: holding messages and pausing consumption until it recovers", "err", err)
-	}
-}
-
-func (h *holding) release(p *Pipeline) {
-	if !h.on {
-		return
-	}
-	h.on = false
-	p.m.held.Dec()
-	if p.held.Add(-1) == 0 {
+	case now == 0:
 		p.logger.Info("NATS available again: consumption resumed")
 	}
 }
@@ -500,6 +563,7 @@ func isPermanent(err error) bool {
 }
 
 type metrics struct {
+	batches  prometheus.Histogram
 	messages *prometheus.CounterVec
 	faults   prometheus.Counter
 	held     prometheus.Gauge
@@ -523,6 +587,11 @@ func backlog(js jetstream.JetStream, stream, consumer string) func() float64 {
 func newMetrics(reg prometheus.Registerer, name string, backlog func() float64) (*metrics, error) {
 	labels := prometheus.Labels{"pipeline": name}
 	m := &metrics{
+		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "orderly_pipeline_batch_size", ConstLabels: labels,
+			Help:    "Deliveries handled together in one attempt (1 for a handler without batches).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_pipeline_messages_total", ConstLabels: labels,
 			Help: "Messages settled by a consumer pipeline, by outcome: acked, retried (naked for redelivery) or dead_lettered.",
@@ -540,7 +609,7 @@ func newMetrics(reg prometheus.Registerer, name string, backlog func() float64) 
 		Name: "orderly_pipeline_backlog", ConstLabels: labels,
 		Help: "Messages of the pipeline's durable consumer not acked yet (waiting and in flight), as NATS counts them at scrape time; -1 when NATS cannot say. Shared by every process of the role.",
 	}, backlog)
-	for _, c := range []prometheus.Collector{m.messages, m.faults, m.held, backlogGauge} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.faults, m.held, backlogGauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,16 +93,22 @@ func publish(t *testing.T, js jetstream.JetStream, data, msgID string) uint64 {
 	return ack.Sequence
 }
 
-// settled waits until the consumer has nothing pending or unacked.
+// settled waits until the consumer has acked every message of the stream
+// (its pending count alone can lag a publish just made: it said 0 before
+// the consumer saw the messages).
 func settled(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	orderlytest.Eventually(t, 15*time.Second, "every message acked", func() bool {
+		s, err := js.Stream(context.Background(), events.CommandStream)
+		if err != nil {
+			return false
+		}
 		c, err := js.Consumer(context.Background(), events.CommandStream, jsstore.ProcessorConsumer)
 		if err != nil {
 			return false
 		}
 		info, err := c.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= s.CachedInfo().State.LastSeq
 	})
 }
 
@@ -434,5 +441,162 @@ func TestBackoff(t *testing.T) {
 		if got := b.Delay(n); got != want {
 			t.Errorf("Delay(%d) = %s, want %s", n, got, want)
 		}
+	}
+}
+
+// TestBatchSettlesEachDelivery: a batch handler gets the messages that
+// arrived together, and each delivery is settled by its own outcome: acked,
+// given up at once (permanent), redelivered later (a failure), held and tried
+// again in the same delivery (a fault) with the other held ones, or
+// redelivered when the handler returned no outcome for it.
+func TestBatchSettlesEachDelivery(t *testing.T) {
+	t.Parallel()
+	js := orderlytest.JetStreamWith(t, natsserver.Fsync{Interval: time.Second}, topology())
+	var c calls
+	var mu sync.Mutex
+	var attempts [][]string
+	faults := map[string]int{}
+	h := pipeline.Handler{
+		Handle: func(context.Context, *pipeline.Delivery) error {
+			return errors.New("Handle called instead of HandleBatch")
+		},
+		HandleBatch: func(_ context.Context, ds []*pipeline.Delivery) []error {
+			mu.Lock()
+			defer mu.Unlock()
+			var attempt []string
+			for _, d := range ds {
+				attempt = append(attempt, string(d.Data))
+			}
+			attempts = append(attempts, attempt)
+			errs := make([]error, 0, len(ds))
+			for _, d := range ds {
+				c.add(d)
+				p := string(d.Data)
+				switch {
+				case strings.HasPrefix(p, "perm"):
+					errs = append(errs, permanent{errors.New("malformed")})
+				case strings.HasPrefix(p, "fail") && d.Delivered == 1:
+					errs = append(errs, errors.New("a bug"))
+				case strings.HasPrefix(p, "fault") && faults[p] < 2:
+					faults[p]++
+					errs = append(errs, unavailable)
+				case strings.HasPrefix(p, "short") && d.Delivered == 1:
+					return errs // no outcome for it, nor for what follows it
+				default:
+					errs = append(errs, nil)
+				}
+			}
+			return errs
+		},
+	}
+	payloads := []string{"ok1", "perm1", "fail1", "fault1", "ok2", "fault2", "ok3", "short1"}
+	for _, p := range payloads {
+		publish(t, js, p, "")
+	}
+	cfg := config()
+	cfg.Concurrency = 16 // batches of up to 4
+	start(t, js, cfg, h)
+	settled(t, js)
+
+	for _, p := range []string{"ok1", "ok2", "ok3"} {
+		if got := c.get(p); len(got) != 1 || got[0] != 1 {
+			t.Errorf("%s: deliveries %v, want one", p, got)
+		}
+	}
+	if got := c.get("perm1"); len(got) != 1 {
+		t.Errorf("perm1 handled %v, want once and given up", got)
+	}
+	if got := c.get("fail1"); len(got) != 2 || got[1] != 2 {
+		t.Errorf("fail1: deliveries %v, want a redelivery", got)
+	}
+	for _, p := range []string{"fault1", "fault2"} {
+		if got := c.get(p); len(got) != 3 || got[2] != 1 {
+			t.Errorf("%s: deliveries %v, want three attempts of the first delivery", p, got)
+		}
+	}
+	if got := c.get("short1"); len(got) != 2 || got[1] != 2 {
+		t.Errorf("short1: deliveries %v, want a redelivery after no outcome", got)
+	}
+	if dl := deadLetters(t, js); len(dl) != 1 || string(dl[0].Data) != "perm1" {
+		t.Errorf("dead letters %d, want perm1 only", len(dl))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	together := false
+	seen := map[string]bool{}
+	for _, a := range attempts {
+		together = together || len(a) > 1
+		for _, p := range a {
+			// A held delivery is tried again with the other held ones only.
+			if seen[p] && strings.HasPrefix(p, "fault") && slices.ContainsFunc(a, func(q string) bool { return !strings.HasPrefix(q, "fault") }) {
+				t.Errorf("attempt %v: a held delivery tried again with others", a)
+			}
+			seen[p] = true
+		}
+	}
+	if !together {
+		t.Errorf("attempts %v: the messages were never handled together", attempts)
+	}
+}
+
+// TestBatchPanicCostsTheOthersNothing: when a batch's attempt panics, none
+// of its deliveries is settled by it; each is tried alone at once, so the
+// others are acked in their first delivery and only the poisoned one is
+// redelivered and, in the end, dead-lettered.
+func TestBatchPanicCostsTheOthersNothing(t *testing.T) {
+	t.Parallel()
+	js := orderlytest.JetStreamWith(t, natsserver.Fsync{Interval: time.Second}, topology())
+	var c calls
+	var mu sync.Mutex
+	withOthers := false
+	h := pipeline.Handler{
+		Handle: func(context.Context, *pipeline.Delivery) error {
+			return errors.New("Handle called instead of HandleBatch")
+		},
+		HandleBatch: func(_ context.Context, ds []*pipeline.Delivery) []error {
+			poisoned := false
+			for _, d := range ds {
+				c.add(d)
+				poisoned = poisoned || string(d.Data) == "panic"
+			}
+			if poisoned {
+				mu.Lock()
+				withOthers = withOthers || len(ds) > 1
+				mu.Unlock()
+				panic("injected")
+			}
+			return make([]error, len(ds))
+		},
+	}
+	payloads := []string{"ok1", "ok2", "panic", "ok3", "ok4", "ok5"}
+	for _, p := range payloads {
+		publish(t, js, p, "")
+	}
+	cfg := config()
+	cfg.Concurrency = 16 // batches of up to 4
+	start(t, js, cfg, h)
+	settled(t, js)
+	mu.Lock()
+	defer mu.Unlock()
+	if !withOthers {
+		t.Fatal("the poisoned message was never in a batch with others")
+	}
+	for _, p := range payloads {
+		got := c.get(p)
+		if p == "panic" {
+			if len(got) == 0 || got[len(got)-1] != 3 {
+				t.Errorf("panic: deliveries %v, want up to the third", got)
+			}
+			continue
+		}
+		for _, d := range got {
+			if d != 1 {
+				t.Errorf("%s: deliveries %v: redelivered for another's panic", p, got)
+				break
+			}
+		}
+	}
+	if dl := deadLetters(t, js); len(dl) != 1 || string(dl[0].Data) != "panic" {
+		t.Errorf("%d dead letters, want the poisoned one", len(dl))
 	}
 }

@@ -96,8 +96,9 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 		}
 		batch, err := s.cons.Fetch(s.p.cfg.Concurrency, jetstream.FetchMaxWait(fetchWait))
 		if err == nil {
-			for jm := range batch.Messages() {
-				s.dispatch(ctx, jm, out, stop, slots, &inflight)
+			msgs := batch.Messages()
+			for jm := range msgs {
+				s.dispatch(ctx, s.together(jm, msgs), out, stop, slots, &inflight)
 			}
 			if err = batch.Error(); errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 				err = nil // an empty pull: nothing to do
@@ -117,46 +118,102 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 	}
 }
 
-// dispatch hands jm to the router, or naks it after stop.
-func (s *subscriber) dispatch(ctx context.Context, jm jetstream.Msg, out chan<- *message.Message, stop <-chan struct{}, slots chan struct{}, inflight *sync.WaitGroup) {
-	d := &Delivery{Subject: jm.Subject(), Header: jm.Headers(), Data: jm.Data(), msg: jm}
-	select {
-	case slots <- struct{}{}:
-	case <-stop:
-		s.p.nak(d, handBackDelay, "retried")
-		return
+// batchesInFlight is how many batches share the Concurrency deliveries in
+// hand: one batch would wait for its writes while nothing else is handled.
+// Measured with scripts/drain-rate.sh (ADR 0011).
+const batchesInFlight = 4
+
+// together is jm and, when the handler takes batches, the messages of the
+// fetch that have arrived with it (never waiting for more), up to a quarter
+// of Concurrency: one router message.
+func (s *subscriber) together(jm jetstream.Msg, msgs <-chan jetstream.Msg) []jetstream.Msg {
+	group := []jetstream.Msg{jm}
+	if s.p.h.HandleBatch == nil {
+		return group
+	}
+	for len(group) < max(1, s.p.cfg.Concurrency/batchesInFlight) {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return group
+			}
+			group = append(group, m)
+		default:
+			return group
+		}
+	}
+	return group
+}
+
+// dispatch hands the messages to the router as one router message, or naks
+// them after stop. Each takes one of the slots while in hand.
+func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan<- *message.Message, stop <-chan struct{}, slots chan struct{}, inflight *sync.WaitGroup) {
+	ds := make([]*Delivery, len(jms))
+	for i, jm := range jms {
+		ds[i] = &Delivery{Subject: jm.Subject(), Header: jm.Headers(), Data: jm.Data(), msg: jm}
+	}
+	handBack := func(from int) {
+		for _, d := range ds[from:] {
+			s.p.nak(d, handBackDelay, "retried")
+		}
+	}
+	for i := range ds {
+		select {
+		case slots <- struct{}{}:
+		case <-stop:
+			for range i {
+				<-slots
+			}
+			handBack(0)
+			return
+		}
+	}
+	release := func() {
+		for range ds {
+			<-slots
+		}
 	}
 	// While a message is held for an infrastructure fault, fetched ones wait
 	// here (kept in progress): they would fail the same way, and a nak would
 	// count a delivery.
 	for last := time.Now(); s.p.held.Load() > 0; {
 		if time.Since(last) >= s.p.ackWait/3 {
-			_ = jm.InProgress()
+			for _, d := range ds {
+				_ = d.msg.InProgress()
+			}
 			last = time.Now()
 		}
 		select {
 		case <-stop:
-			<-slots
-			s.p.nak(d, handBackDelay, "retried")
+			release()
+			handBack(0)
 			return
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	meta, err := jm.Metadata()
-	if err != nil { // cannot happen for a consumer's message; nothing to handle it by
-		<-slots
-		s.p.logger.Error("message without metadata; naked", "subject", jm.Subject(), "err", err)
-		s.p.nak(d, s.p.cfg.Backoff.Max, "retried")
+	valid := ds[:0]
+	for _, d := range ds {
+		meta, err := d.msg.Metadata()
+		if err != nil { // cannot happen for a consumer's message; nothing to handle it by
+			<-slots
+			s.p.logger.Error("message without metadata; naked", "subject", d.Subject, "err", err)
+			s.p.nak(d, s.p.cfg.Backoff.Max, "retried")
+			continue
+		}
+		d.Stream, d.Seq, d.Delivered = meta.Stream, meta.Sequence.Stream, int(meta.NumDelivered)
+		valid = append(valid, d)
+	}
+	if ds = valid; len(ds) == 0 {
 		return
 	}
-	d.Stream, d.Seq, d.Delivered = meta.Stream, meta.Sequence.Stream, int(meta.NumDelivered)
-	m := message.NewMessage(d.Stream+"."+strconv.FormatUint(d.Seq, 10), d.Data)
-	m.SetContext(context.WithValue(context.WithoutCancel(ctx), deliveryKey{}, d))
+	first := ds[0]
+	m := message.NewMessage(first.Stream+"."+strconv.FormatUint(first.Seq, 10), first.Data)
+	m.SetContext(context.WithValue(context.WithoutCancel(ctx), batchKey{}, &batch{ds: ds}))
 	select {
 	case out <- m:
 	case <-stop:
-		<-slots
-		s.p.nak(d, handBackDelay, "retried")
+		release()
+		handBack(0)
 		return
 	}
 	inflight.Add(1)
@@ -166,8 +223,8 @@ func (s *subscriber) dispatch(ctx context.Context, jm jetstream.Msg, out chan<- 
 		case <-m.Acked():
 		case <-m.Nacked():
 		}
-		<-slots
-		s.p.nak(d, handBackDelay, "retried") // a no-op when the policy settled it
+		release()
+		handBack(0) // a no-op for those the policy settled
 	}()
 }
 

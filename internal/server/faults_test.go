@@ -103,10 +103,10 @@ func TestProcessorCrashOrTimeoutMidCommand(t *testing.T) {
 			t.Errorf("%s: GET %d %s, the 201 said %s", c, got.Status, got.Body, answer.Body)
 		}
 	}
+	// A command batched with the slow one may have been redelivered (the
+	// ack wait passed) and decided before its first attempt got to the hook.
 	for _, c := range customers[:3] {
-		if calls.get(c) < 2 {
-			t.Errorf("%s: %d deliveries; the fault was not redelivered", c, calls.get(c))
-		}
+		orderlytest.Eventually(t, 10*time.Second, c+" tried again after its fault", func() bool { return calls.get(c) >= 2 })
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -212,6 +213,13 @@ func decode(t *testing.T, body []byte) events.OrderRequest {
 // the API, and returns the order ID.
 func publishCommand(t *testing.T, js jetstream.JetStream, key, fingerprint string, body []byte) string {
 	t.Helper()
+	return publishCommandWithID(t, js, key, fingerprint, body, idempotency.KeyHash(api.DefaultTenant, key))
+}
+
+// publishCommandWithID is publishCommand with msgID as the broker's message ID
+// (the API uses the key's hash).
+func publishCommandWithID(t *testing.T, js jetstream.JetStream, key, fingerprint string, body []byte, msgID string) string {
+	t.Helper()
 	cmd := events.CreateOrder{
 		Type: events.CreateOrderType, Nonce: events.NewNonce(), Tenant: api.DefaultTenant,
 		KeyHash: idempotency.KeyHash(api.DefaultTenant, key), Fingerprint: fingerprint,
@@ -221,7 +229,7 @@ func publishCommand(t *testing.T, js jetstream.JetStream, key, fingerprint strin
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.CommandSubject, Data: data,
-		Header: nats.Header{jetstream.MsgIDHeader: []string{cmd.KeyHash}}})
+		Header: nats.Header{jetstream.MsgIDHeader: []string{msgID}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,6 +237,79 @@ func publishCommand(t *testing.T, js jetstream.JetStream, key, fingerprint strin
 		t.Fatal("the broker still counted the key as a duplicate: the window has not passed")
 	}
 	return events.OrderID(ack.Sequence, cmd.Nonce)
+}
+
+// TestOneKeyTwiceInOneBatch: the processor handles the commands that arrive
+// together as one batch, their claims made together (ADR 0011). Two commands
+// of one key (here published past the broker's window, with their own
+// message IDs, while the processor is held), in one batch or in two batches
+// handled at once, make one order: the first claim stored wins, the other is
+// rejected naming it, as a duplicate (same request) or a reused key (another
+// request).
+func TestOneKeyTwiceInOneBatch(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true} // no processor until the commands are stored
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	const keys = 8
+	first := map[string]string{} // key -> the first command's order ID
+	second := map[string]string{}
+	for i := range keys {
+		key := fmt.Sprintf("batch-%d", i)
+		a, b := orderlytest.Order("c-1"), orderlytest.Order("c-1")
+		if i%2 == 1 {
+			b = orderlytest.Order("c-2")
+		}
+		first[key] = publishCommandWithID(t, js, key, idempotency.Fingerprint(decode(t, a)), a, key+"-a")
+		second[key] = publishCommandWithID(t, js, key, idempotency.Fingerprint(decode(t, b)), b, key+"-b")
+	}
+	pcfg := orderlytest.Config(t)
+	pcfg.Roles = server.Roles{Processor: true}
+	pcfg.Processor.Concurrency = 16 // batches of up to 4: two pairs
+	inst.Attach(&pcfg)
+	proc := orderlytest.Start(t, pcfg)
+
+	for i := range keys {
+		key := fmt.Sprintf("batch-%d", i)
+		orders := map[string]map[string]any{}
+		orderlytest.Eventually(t, 10*time.Second, "the decisions of "+key, func() bool {
+			for _, id := range []string{first[key], second[key]} {
+				orders[id] = orderlytest.Do(t, http.MethodGet, inst.URL+"/v1/orders/"+id, nil).JSON(t)
+			}
+			return orders[first[key]]["status"] != "pending" && orders[second[key]]["status"] != "pending"
+		})
+		// Either may win (each batch is handled on its own worker); one does.
+		winner, loser := first[key], second[key]
+		if orders[winner]["status"] != "created" {
+			winner, loser = loser, winner
+		}
+		want := events.ReasonDuplicate
+		if i%2 == 1 {
+			want = events.ReasonKeyReused
+		}
+		rej, _ := orders[loser]["rejection"].(map[string]any)
+		if orders[winner]["status"] != "created" || orders[loser]["status"] != "rejected" || rej["reason"] != want || rej["duplicate_of"] != winner {
+			t.Errorf("%s: orders %v, want one created and the other rejected as %s naming it", key, orders, want)
+		}
+		if n := orderlytest.CreatedByKey(t, js)[idempotency.KeyHash(api.DefaultTenant, key)]; n != 1 {
+			t.Errorf("%s: %d OrderCreated, want 1", key, n)
+		}
+	}
+	// The commands were handled together, not one by one.
+	metrics := string(orderlytest.Do(t, http.MethodGet, proc.URL+"/metrics", nil).Body)
+	var ones, all int
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, `orderly_pipeline_batch_size_bucket{pipeline="processor",le="1"}`) {
+			ones, _ = strconv.Atoi(strings.Fields(line)[1])
+		}
+		if strings.HasPrefix(line, `orderly_pipeline_batch_size_count{pipeline="processor"}`) {
+			all, _ = strconv.Atoi(strings.Fields(line)[1])
+		}
+	}
+	if all == 0 || ones == all {
+		t.Fatalf("batches: %d of %d held one command; want batches of several", ones, all)
+	}
 }
 
 // TestSameKeyAfterResultTTL: once the result has expired the key is free and
