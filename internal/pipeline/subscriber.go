@@ -152,8 +152,8 @@ func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan
 	for i, jm := range jms {
 		ds[i] = &Delivery{Subject: jm.Subject(), Header: jm.Headers(), Data: jm.Data(), msg: jm}
 	}
-	handBack := func(from int) {
-		for _, d := range ds[from:] {
+	handBack := func() {
+		for _, d := range ds {
 			s.p.nak(d, handBackDelay, "retried")
 		}
 	}
@@ -164,7 +164,7 @@ func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan
 			for range i {
 				<-slots
 			}
-			handBack(0)
+			handBack()
 			return
 		}
 	}
@@ -186,7 +186,7 @@ func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan
 		select {
 		case <-stop:
 			release()
-			handBack(0)
+			handBack()
 			return
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -213,7 +213,7 @@ func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan
 	case out <- m:
 	case <-stop:
 		release()
-		handBack(0)
+		handBack()
 		return
 	}
 	inflight.Add(1)
@@ -224,7 +224,7 @@ func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan
 		case <-m.Nacked():
 		}
 		release()
-		handBack(0) // a no-op for those the policy settled
+		handBack() // a no-op for those the policy settled
 	}()
 }
 
