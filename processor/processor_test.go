@@ -456,3 +456,99 @@ func TestDecideIsDeterministic(t *testing.T) {
 		t.Fatal("Decide is not a function of its inputs")
 	}
 }
+
+// batchClaims and batchEvents are the fakes with their batch forms, counting
+// the batch calls; a claim of failKey fails.
+type batchClaims struct {
+	*fakeClaims
+	failKey string
+	calls   int
+}
+
+func (b *batchClaims) ClaimAll(ctx context.Context, reqs []ClaimRequest) []ClaimOutcome {
+	b.calls++
+	out := make([]ClaimOutcome, len(reqs))
+	for i, q := range reqs {
+		if q.Key == b.failKey {
+			out[i].Err = errors.New("injected: claim failed")
+			continue
+		}
+		out[i].Holder, out[i].Won, out[i].Err = b.Claim(ctx, q.Key, q.Record)
+	}
+	return out
+}
+
+type batchEvents struct {
+	*fakeEvents
+	calls int
+}
+
+func (b *batchEvents) AppendAll(ctx context.Context, reqs []AppendRequest) []AppendOutcome {
+	b.calls++
+	out := make([]AppendOutcome, len(reqs))
+	for i, q := range reqs {
+		out[i].Stored, out[i].Err = b.Append(ctx, q.Kind, q.OrderID, q.Data)
+	}
+	return out
+}
+
+// TestHandleBatchGivesEachDeliveryItsOutcome: in one batch, each command
+// gets the outcome Handle would give it alone, in its own slot, with one
+// batch call for the claims and one for the events: a new order, a
+// malformed command (permanent), a second command of the first one's key
+// (rejected as a duplicate naming it), a claim that fails, a hook that fails,
+// and a total that does not add up (rejected).
+func TestHandleBatchGivesEachDeliveryItsOutcome(t *testing.T) {
+	t.Parallel()
+	hundred, wrong := int64(100), int64(99)
+	k1, kFail, kHook, k5 := idempotency.KeyHash("t", "k1"), idempotency.KeyHash("t", "fail"), idempotency.KeyHash("t", "hook"), idempotency.KeyHash("t", "k5")
+	claims := &batchClaims{fakeClaims: &fakeClaims{}, failKey: kFail}
+	store := &batchEvents{fakeEvents: &fakeEvents{}}
+	h, err := New(Config{Hooks: Hooks{BeforeClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
+		if cmd.KeyHash == kHook {
+			return errors.New("injected: hook failed")
+		}
+		return nil
+	}}}, Deps{Claims: claims, Events: store}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonces := []string{"N0NCE000000B1", "N0NCE000000B2", "N0NCE000000B3", "N0NCE000000B4", "N0NCE000000B5", "N0NCE000000B6"}
+	ds := []Delivery{
+		delivery(t, command(nonces[0], k1, "fp", &hundred), 1, 1),
+		{Data: []byte(`{"type":"CreateOrder"`), Seq: 2, Delivered: 1},
+		delivery(t, command(nonces[2], k1, "fp", &hundred), 3, 1),
+		delivery(t, command(nonces[3], kFail, "fp", &hundred), 4, 1),
+		delivery(t, command(nonces[4], kHook, "fp", &hundred), 5, 1),
+		delivery(t, command(nonces[5], k5, "fp", &wrong), 6, 1),
+	}
+	errs := h.HandleBatch(context.Background(), ds)
+	if len(errs) != len(ds) {
+		t.Fatalf("%d outcomes for %d deliveries", len(errs), len(ds))
+	}
+	var p interface{ Permanent() bool }
+	if errs[0] != nil || !errors.As(errs[1], &p) || errs[2] != nil || errs[3] == nil || errs[4] == nil || errs[5] != nil {
+		t.Fatalf("outcomes %v", errs)
+	}
+	if claims.calls != 1 || store.calls != 1 {
+		t.Fatalf("%d claim batches and %d event batches, want one each", claims.calls, store.calls)
+	}
+	id := func(i int) string { return events.OrderID(ds[i].Seq, nonces[i]) }
+	if ev := store.event(t, id(0)); ev.Type != events.OrderCreatedType {
+		t.Errorf("first: %s", ev.Type)
+	}
+	for i, reason := range map[int]string{2: events.ReasonDuplicate, 5: events.ReasonTotalMismatch} {
+		var d events.OrderRejected
+		if err := json.Unmarshal(store.event(t, id(i)).Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Reason != reason || i == 2 && d.DuplicateOf != id(0) {
+			t.Errorf("delivery %d: rejected %s naming %q", i, d.Reason, d.DuplicateOf)
+		}
+	}
+	for _, i := range []int{3, 4} {
+		if _, ok, _ := store.Event(context.Background(), id(i)); ok {
+			t.Errorf("delivery %d failed but has an event", i)
+		}
+	}
+}
