@@ -28,7 +28,7 @@ pid=
 say() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 cleanup() {
   [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  [ -n "${KEEP:-}" ] || rm -rf "$DIR"
+  rm -rf "$DIR"
 }
 trap cleanup EXIT
 
@@ -63,7 +63,8 @@ before=$(metric orderly_commands_decided_total)
 while [ "$(metric orderly_pipeline_backlog)" != 0 ]; do sleep 0.1; done
 t1=$(date +%s.%N)
 decided=$(metric orderly_commands_decided_total)
-curl -s "http://$HTTP/metrics" > "$DIR/metrics.txt"
+batches=$(metric 'orderly_pipeline_batch_size_count[{]pipeline="processor"')
+batched=$(metric 'orderly_pipeline_batch_size_sum[{]pipeline="processor"')
 stop
-awk -v b="$backlog" -v n="$decided" -v m="$before" -v t0="$t0" -v t1="$t1" \
-  'BEGIN {printf "backlog %d, decided %d (%d of them in %.2f s after the first reading: %d decisions/s)\n", b, n, n - m, t1 - t0, (n - m) / (t1 - t0)}'
+awk -v b="$backlog" -v n="$decided" -v m="$before" -v t0="$t0" -v t1="$t1" -v bc="$batches" -v bs="$batched" \
+  'BEGIN {printf "backlog %d, decided %d (%d of them in %.2f s after the first reading: %d decisions/s), %.0f commands a batch\n", b, n, n - m, t1 - t0, (n - m) / (t1 - t0), bc ? bs / bc : 0}'
