@@ -44,14 +44,17 @@ type BatchClaims interface {
 	ClaimAll(ctx context.Context, reqs []ClaimRequest) []ClaimOutcome
 }
 
-// ClaimRequest is one claim of ClaimAll: Claim(ctx, Key, Record).
-type ClaimRequest struct {
+// ClaimRequest is one claim of ClaimAll: Claim(ctx, Key, Record). It and the
+// other request and outcome types are aliases of unnamed struct types, which
+// the stores declare alike: a store implements the batch ports without
+// importing this package, and neither side copies requests or outcomes.
+type ClaimRequest = struct {
 	Key    string
 	Record idempotency.Record
 }
 
 // ClaimOutcome is what Claim returns for one claim of ClaimAll.
-type ClaimOutcome struct {
+type ClaimOutcome = struct {
 	Holder idempotency.Record
 	Won    bool
 	Err    error
@@ -65,7 +68,7 @@ type BatchEvents interface {
 
 // AppendRequest is one event of AppendAll: Append(Ctx, Kind, OrderID, Data).
 // Ctx carries the trace of the command the event decides.
-type AppendRequest struct {
+type AppendRequest = struct {
 	Ctx     context.Context
 	Kind    events.Kind
 	OrderID string
@@ -73,7 +76,7 @@ type AppendRequest struct {
 }
 
 // AppendOutcome is what Append returns for one event of AppendAll.
-type AppendOutcome struct {
+type AppendOutcome = struct {
 	Stored bool
 	Err    error
 }
@@ -237,14 +240,12 @@ func (h *Handler) HandleBatch(ctx context.Context, ds []Delivery) []error {
 	}
 	for j, o := range h.appendAll(ctx, appends) {
 		w := claimed[j]
-		if o.Err != nil {
-			errs[w.i] = fmt.Errorf("store %s event of %s: %w", w.dec.Kind, w.orderID, o.Err)
+		stored, err := h.counted(w.orderID, w.dec, o)
+		if err != nil {
+			errs[w.i] = err
 			continue
 		}
-		if o.Stored {
-			h.decided.WithLabelValues(string(w.dec.Kind)).Inc()
-		}
-		errs[w.i] = h.settled(w.ctx, w.cmd, w.orderID, w.dec, w.holder, w.won, o.Stored)
+		errs[w.i] = h.settled(w.ctx, w.cmd, w.orderID, w.dec, w.holder, w.won, stored)
 	}
 	return errs
 }
@@ -394,14 +395,19 @@ func decisionsAt(cmd events.CreateOrder, orderID string, at time.Time) []Decisio
 // store appends the decision's event and counts it; stored is false when the
 // order already had an event.
 func (h *Handler) store(ctx context.Context, orderID string, dec Decision) (stored bool, err error) {
-	stored, err = h.deps.Events.Append(ctx, dec.Kind, orderID, dec.Event)
-	if err != nil {
-		return false, fmt.Errorf("store %s event of %s: %w", dec.Kind, orderID, err)
+	o := h.appendAll(ctx, []AppendRequest{{Ctx: ctx, Kind: dec.Kind, OrderID: orderID, Data: dec.Event}})[0]
+	return h.counted(orderID, dec, o)
+}
+
+// counted is the outcome of the append of dec's event, counted when stored.
+func (h *Handler) counted(orderID string, dec Decision, o AppendOutcome) (stored bool, err error) {
+	if o.Err != nil {
+		return false, fmt.Errorf("store %s event of %s: %w", dec.Kind, orderID, o.Err)
 	}
-	if stored {
+	if o.Stored {
 		h.decided.WithLabelValues(string(dec.Kind)).Inc()
 	}
-	return stored, nil
+	return o.Stored, nil
 }
 
 // givingUp is the rejection of an order that cannot be processed.

@@ -42,25 +42,27 @@ func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data
 	return e.publish(ctx, events.EventSubject(k, orderID), events.EventID(k, orderID), 0, events.OrderSubjects(orderID), data)
 }
 
-// AppendReq is one event of AppendAll. Ctx carries the trace of the
-// message the event is about (nil: the call's).
-type AppendReq struct {
+// AppendRequest is one event of AppendAll: Append(Ctx, Kind, OrderID, Data),
+// Ctx carrying the trace of the message the event is about (nil: the
+// call's). It and AppendOutcome are aliases of unnamed struct types, the same
+// types as the processor's (see ClaimRequest).
+type AppendRequest = struct {
 	Ctx     context.Context
 	Kind    events.Kind
 	OrderID string
 	Data    []byte
 }
 
-// AppendResult is the outcome of one event of AppendAll: what Append returns.
-type AppendResult struct {
+// AppendOutcome is the outcome of one event of AppendAll: what Append returns.
+type AppendOutcome = struct {
 	Stored bool
 	Err    error
 }
 
 // AppendAll stores the events at once, each as Append does: their publishes
 // go out together and are waited for once.
-func (e *Events) AppendAll(ctx context.Context, reqs []AppendReq) []AppendResult {
-	res := make([]AppendResult, len(reqs))
+func (e *Events) AppendAll(ctx context.Context, reqs []AppendRequest) []AppendOutcome {
+	res := make([]AppendOutcome, len(reqs))
 	msgs := make([]*nats.Msg, 0, len(reqs))
 	sent := make([]int, 0, len(reqs))
 	for i, q := range reqs {

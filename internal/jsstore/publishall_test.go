@@ -85,7 +85,7 @@ func TestClaimAllAndAppendAll(t *testing.T) {
 	if _, won, err := r.Claim(ctx, k3, rec("ord_3")); err != nil || !won {
 		t.Fatal(won, err)
 	}
-	claims := r.ClaimAll(ctx, []jsstore.ClaimReq{{Key: k1, Claim: rec("ord_1")}, {Key: k2, Claim: rec("ord_2")}, {Key: k1, Claim: rec("ord_1b")}, {Key: k3, Claim: rec("ord_3b")}})
+	claims := r.ClaimAll(ctx, []jsstore.ClaimRequest{{Key: k1, Record: rec("ord_1")}, {Key: k2, Record: rec("ord_2")}, {Key: k1, Record: rec("ord_1b")}, {Key: k3, Record: rec("ord_3b")}})
 	want := []struct {
 		won    bool
 		holder string
@@ -104,7 +104,7 @@ func TestClaimAllAndAppendAll(t *testing.T) {
 	if stored, err := e.Append(ctx, events.KindCreated, a, []byte(`{"a":1}`)); err != nil || !stored {
 		t.Fatal(stored, err)
 	}
-	appended := e.AppendAll(ctx, []jsstore.AppendReq{
+	appended := e.AppendAll(ctx, []jsstore.AppendRequest{
 		{Kind: events.KindCreated, OrderID: b, Data: []byte(`{"b":1}`)},
 		{Kind: events.KindCreated, OrderID: c, Data: []byte(`{"c":1}`)},
 		{Kind: events.KindRejected, OrderID: b, Data: []byte(`{"b":2}`)}, // b's second event

@@ -76,14 +76,17 @@ func (r *Results) Claim(ctx context.Context, key string, claim idempotency.Recor
 	return r.claimed(ctx, key, claim, err)
 }
 
-// ClaimReq is one claim of ClaimAll.
-type ClaimReq struct {
-	Key   string
-	Claim idempotency.Record
+// ClaimRequest is one claim of ClaimAll: Claim(ctx, Key, Record). It and
+// ClaimOutcome are aliases of unnamed struct types, the same types as
+// processor.ClaimRequest and processor.ClaimOutcome, so that Results is the
+// processor's BatchClaims port without either package importing the other.
+type ClaimRequest = struct {
+	Key    string
+	Record idempotency.Record
 }
 
-// ClaimResult is the outcome of one claim of ClaimAll: what Claim returns.
-type ClaimResult struct {
+// ClaimOutcome is the outcome of one claim of ClaimAll: what Claim returns.
+type ClaimOutcome = struct {
 	Holder idempotency.Record
 	Won    bool
 	Err    error
@@ -92,14 +95,14 @@ type ClaimResult struct {
 // ClaimAll makes the claims at once, each as Claim does: their publishes go
 // out together and are waited for once; a conflict costs a read of its
 // holder, as in Claim. Two claims of one key: the first stored wins.
-func (r *Results) ClaimAll(ctx context.Context, reqs []ClaimReq) []ClaimResult {
+func (r *Results) ClaimAll(ctx context.Context, reqs []ClaimRequest) []ClaimOutcome {
 	msgs := make([]*nats.Msg, len(reqs))
 	for i, q := range reqs {
-		msgs[i] = claimMsg(q.Key, q.Claim)
+		msgs[i] = claimMsg(q.Key, q.Record)
 	}
-	res := make([]ClaimResult, len(reqs))
+	res := make([]ClaimOutcome, len(reqs))
 	for i, p := range PublishAll(ctx, r.pub, msgs) {
-		res[i].Holder, res[i].Won, res[i].Err = r.claimed(ctx, reqs[i].Key, reqs[i].Claim, p.Err)
+		res[i].Holder, res[i].Won, res[i].Err = r.claimed(ctx, reqs[i].Key, reqs[i].Record, p.Err)
 	}
 	return res
 }

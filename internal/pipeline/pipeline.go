@@ -38,15 +38,15 @@ type Delivery struct {
 	settled atomic.Bool
 }
 
-// Handler is what a pipeline runs. Handle is required; HandleBatch and
-// GiveUp are optional.
+// Handler is what a pipeline runs: Handle or HandleBatch (which takes
+// precedence); GiveUp is optional.
 type Handler struct {
 	// Handle handles one delivery; see the package comment for what its
 	// error means. It must be idempotent.
 	Handle func(ctx context.Context, d *Delivery) error
-	// HandleBatch, when set, handles the deliveries that arrived together
-	// (at most Concurrency) in one attempt, and returns each one's error in
-	// order, each meaning what Handle's would. Each delivery is then settled
+	// HandleBatch handles the deliveries that arrived together (at most a
+	// quarter of Concurrency), or one alone, in one attempt, and returns each
+	// one's error in order, each meaning what Handle's would. Each delivery is then settled
 	// on its own; those held during an infrastructure fault are tried again
 	// together. The trace of a delivery is d.Trace(ctx).
 	HandleBatch func(ctx context.Context, ds []*Delivery) []error
@@ -170,7 +170,7 @@ func New(cfg Config, js jetstream.JetStream, pub jsstore.Publisher, h Handler, r
 	cfg.setDefaults()
 	var errs []error
 	errs = append(errs, cfg.Validate())
-	if js == nil || pub == nil || h.Handle == nil || reg == nil || logger == nil {
+	if js == nil || pub == nil || h.Handle == nil && h.HandleBatch == nil || reg == nil || logger == nil {
 		errs = append(errs, fmt.Errorf("pipeline %s: nil dependency", cfg.Name))
 	}
 	if err := errors.Join(errs...); err != nil {

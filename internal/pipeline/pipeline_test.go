@@ -444,6 +444,20 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+// runBatches stores payloads, then runs a pipeline with handleBatch alone
+// (no Handle) and Concurrency 16 (batches of up to 4) until every message is
+// acked: stored first, the messages arrive together.
+func runBatches(t *testing.T, js jetstream.JetStream, payloads []string, handleBatch func(context.Context, []*pipeline.Delivery) []error) {
+	t.Helper()
+	for _, p := range payloads {
+		publish(t, js, p, "")
+	}
+	cfg := config()
+	cfg.Concurrency = 16
+	start(t, js, cfg, pipeline.Handler{HandleBatch: handleBatch})
+	settled(t, js)
+}
+
 // TestBatchSettlesEachDelivery: a batch handler gets the messages that
 // arrived together, and each delivery is settled by its own outcome: acked,
 // given up at once (permanent), redelivered later (a failure), held and tried
@@ -456,47 +470,35 @@ func TestBatchSettlesEachDelivery(t *testing.T) {
 	var mu sync.Mutex
 	var attempts [][]string
 	faults := map[string]int{}
-	h := pipeline.Handler{
-		Handle: func(context.Context, *pipeline.Delivery) error {
-			return errors.New("Handle called instead of HandleBatch")
-		},
-		HandleBatch: func(_ context.Context, ds []*pipeline.Delivery) []error {
-			mu.Lock()
-			defer mu.Unlock()
-			var attempt []string
-			for _, d := range ds {
-				attempt = append(attempt, string(d.Data))
+	handleBatch := func(_ context.Context, ds []*pipeline.Delivery) []error {
+		mu.Lock()
+		defer mu.Unlock()
+		var attempt []string
+		for _, d := range ds {
+			attempt = append(attempt, string(d.Data))
+		}
+		attempts = append(attempts, attempt)
+		errs := make([]error, 0, len(ds))
+		for _, d := range ds {
+			c.add(d)
+			p := string(d.Data)
+			switch {
+			case strings.HasPrefix(p, "perm"):
+				errs = append(errs, permanent{errors.New("malformed")})
+			case strings.HasPrefix(p, "fail") && d.Delivered == 1:
+				errs = append(errs, errors.New("a bug"))
+			case strings.HasPrefix(p, "fault") && faults[p] < 2:
+				faults[p]++
+				errs = append(errs, unavailable)
+			case strings.HasPrefix(p, "short") && d.Delivered == 1:
+				return errs // no outcome for it, nor for what follows it
+			default:
+				errs = append(errs, nil)
 			}
-			attempts = append(attempts, attempt)
-			errs := make([]error, 0, len(ds))
-			for _, d := range ds {
-				c.add(d)
-				p := string(d.Data)
-				switch {
-				case strings.HasPrefix(p, "perm"):
-					errs = append(errs, permanent{errors.New("malformed")})
-				case strings.HasPrefix(p, "fail") && d.Delivered == 1:
-					errs = append(errs, errors.New("a bug"))
-				case strings.HasPrefix(p, "fault") && faults[p] < 2:
-					faults[p]++
-					errs = append(errs, unavailable)
-				case strings.HasPrefix(p, "short") && d.Delivered == 1:
-					return errs // no outcome for it, nor for what follows it
-				default:
-					errs = append(errs, nil)
-				}
-			}
-			return errs
-		},
+		}
+		return errs
 	}
-	payloads := []string{"ok1", "perm1", "fail1", "fault1", "ok2", "fault2", "ok3", "short1"}
-	for _, p := range payloads {
-		publish(t, js, p, "")
-	}
-	cfg := config()
-	cfg.Concurrency = 16 // batches of up to 4
-	start(t, js, cfg, h)
-	settled(t, js)
+	runBatches(t, js, []string{"ok1", "perm1", "fail1", "fault1", "ok2", "fault2", "ok3", "short1"}, handleBatch)
 
 	for _, p := range []string{"ok1", "ok2", "ok3"} {
 		if got := c.get(p); len(got) != 1 || got[0] != 1 {
@@ -549,33 +551,22 @@ func TestBatchPanicCostsTheOthersNothing(t *testing.T) {
 	var c calls
 	var mu sync.Mutex
 	withOthers := false
-	h := pipeline.Handler{
-		Handle: func(context.Context, *pipeline.Delivery) error {
-			return errors.New("Handle called instead of HandleBatch")
-		},
-		HandleBatch: func(_ context.Context, ds []*pipeline.Delivery) []error {
-			poisoned := false
-			for _, d := range ds {
-				c.add(d)
-				poisoned = poisoned || string(d.Data) == "panic"
-			}
-			if poisoned {
-				mu.Lock()
-				withOthers = withOthers || len(ds) > 1
-				mu.Unlock()
-				panic("injected")
-			}
-			return make([]error, len(ds))
-		},
+	handleBatch := func(_ context.Context, ds []*pipeline.Delivery) []error {
+		poisoned := false
+		for _, d := range ds {
+			c.add(d)
+			poisoned = poisoned || string(d.Data) == "panic"
+		}
+		if poisoned {
+			mu.Lock()
+			withOthers = withOthers || len(ds) > 1
+			mu.Unlock()
+			panic("injected")
+		}
+		return make([]error, len(ds))
 	}
 	payloads := []string{"ok1", "ok2", "panic", "ok3", "ok4", "ok5"}
-	for _, p := range payloads {
-		publish(t, js, p, "")
-	}
-	cfg := config()
-	cfg.Concurrency = 16 // batches of up to 4
-	start(t, js, cfg, h)
-	settled(t, js)
+	runBatches(t, js, payloads, handleBatch)
 	mu.Lock()
 	defer mu.Unlock()
 	if !withOthers {

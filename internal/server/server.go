@@ -594,7 +594,7 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 	if err != nil {
 		return err
 	}
-	h, err := processor.New(processor.Config{Hooks: s.cfg.ProcessorHooks}, processor.Deps{Claims: claimsPort{claims}, Events: eventsPort{evs}}, s.registry, s.logger)
+	h, err := processor.New(processor.Config{Hooks: s.cfg.ProcessorHooks}, processor.Deps{Claims: claims, Events: evs}, s.registry, s.logger)
 	if err != nil {
 		return err
 	}
@@ -609,24 +609,16 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 		}
 		return pd
 	}
-	process := func(ctx context.Context, d *pipeline.Delivery) (context.Context, trace.Span) {
-		return s.tracer.Start(ctx, "process CreateOrder", trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(attribute.Int64("messaging.message.delivery_count", int64(d.Delivered))))
-	}
 	return s.run(ctx, js, s.cfg.Processor, pipeline.Handler{
-		Handle: func(ctx context.Context, d *pipeline.Delivery) error {
-			ctx, span := process(ctx, d)
-			defer span.End()
-			return spanErr(span, h.Handle(ctx, delivery(d)))
-		},
-		// A batch: the commands that arrived together, their claims and
+		// The commands that arrived together (or one), their claims and
 		// events each written with one wait (ADR 0011); a span per command.
 		HandleBatch: func(ctx context.Context, ds []*pipeline.Delivery) []error {
 			pds := make([]processor.Delivery, len(ds))
 			spans := make([]trace.Span, len(ds))
 			for i, d := range ds {
 				pds[i] = delivery(d)
-				pds[i].Ctx, spans[i] = process(d.Trace(ctx), d)
+				pds[i].Ctx, spans[i] = s.tracer.Start(d.Trace(ctx), "process CreateOrder", trace.WithSpanKind(trace.SpanKindConsumer),
+					trace.WithAttributes(attribute.Int64("messaging.message.delivery_count", int64(d.Delivered))))
 			}
 			errs := h.HandleBatch(ctx, pds)
 			for i, span := range spans {
