@@ -585,6 +585,15 @@ func (s *Server) publisher(js jetstream.JetStream, level jsstore.Level) jsstore.
 	return s.writes.Publisher(p)
 }
 
+// The stores are the processor's batch ports (their request and outcome types
+// are declared alike on both sides); were they to drift apart, the processor
+// would fall back to one write per command without a word, so the build
+// checks it.
+var (
+	_ processor.BatchClaims = (*jsstore.Results)(nil)
+	_ processor.BatchEvents = (*jsstore.Events)(nil)
+)
+
 func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) error {
 	claims, err := jsstore.OpenResults(ctx, js, s.publisher(js, jsstore.Decisions))
 	if err != nil {
