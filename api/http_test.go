@@ -242,6 +242,14 @@ func TestGetOrder(t *testing.T) {
 	if w := do(h, http.MethodGet, "/v1/orders/ord_1/events", ""); w.Code != 404 {
 		t.Fatalf("events not found: %d", w.Code)
 	}
+	// A keyed order that lost its key: see the holder (or its events).
+	svc.err = &app.SupersededError{OrderID: "ord_9"}
+	for path, loc := range map[string]string{"/v1/orders/ord_1": "/v1/orders/ord_9", "/v1/orders/ord_1/events": "/v1/orders/ord_9/events"} {
+		w := do(h, http.MethodGet, path, "")
+		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != loc || code(t, w) != "order_superseded" || !strings.Contains(w.Body.String(), `"order_id":"ord_9"`) {
+			t.Fatalf("%s superseded: %d %v %s", path, w.Code, w.Header(), w.Body)
+		}
+	}
 }
 
 func TestRoutes(t *testing.T) {

@@ -267,6 +267,7 @@ const StatusClientClosedRequest = 499
 // writeError maps the application's errors to problems.
 func (h *handlers) writeError(c *gin.Context, err error) {
 	var reused *app.KeyReusedError
+	var superseded *app.SupersededError
 	switch {
 	case c.Request.Context().Err() != nil:
 		h.logger.DebugContext(c.Request.Context(), "request abandoned by the client", "err", err)
@@ -275,6 +276,18 @@ func (h *handlers) writeError(c *gin.Context, err error) {
 		p := problem.New(http.StatusUnprocessableEntity, problem.CodeKeyReused, "Idempotency key reused",
 			"this idempotency key was used for a different request; use a new key for a new order")
 		p.OrderID = reused.OrderID
+		writeProblem(c, p)
+	case errors.As(err, &superseded):
+		// A keyed order that lost its key to another order, which answers for
+		// it (ADR 0010): see the holder, or its events.
+		loc := idempotency.OrderPath(superseded.OrderID)
+		if strings.HasSuffix(c.FullPath(), "/events") {
+			loc += "/events"
+		}
+		c.Header("Location", loc)
+		p := problem.New(http.StatusSeeOther, problem.CodeSuperseded, "Order superseded",
+			"this order's idempotency key belongs to another order, which answers for it; this order was not made")
+		p.OrderID = superseded.OrderID
 		writeProblem(c, p)
 	case errors.Is(err, app.ErrNotFound):
 		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Order not found", "no order with this id"))

@@ -100,3 +100,45 @@ func OrderIDOfSubject(subj string) string {
 	}
 	return subj[last+1:]
 }
+
+// IDFormKeyed in CreateOrder.IDForm says that the command's order takes a
+// keyed ID. The API writes such commands only when told to (serve
+// --order-ids keyed); a processor of a version before keyed IDs refuses them
+// (their nonce is empty), so processors are upgraded first.
+const IDFormKeyed = "keyed"
+
+// Keyed reports whether the command's order takes a keyed ID.
+func (c CreateOrder) Keyed() bool { return c.IDForm == IDFormKeyed }
+
+// OrderIDAt is the ID of the order of the command stored at seq: keyed (from
+// seq and its key's token) or with its nonce, as the command says. ok is false
+// when the command cannot make an ID of the form it names: an unknown form, a
+// keyed command with a nonce or a key hash without a token, or an invalid
+// nonce.
+func (c CreateOrder) OrderIDAt(seq uint64) (id string, ok bool) {
+	switch c.IDForm {
+	case IDFormKeyed:
+		token, valid := KeyToken(c.KeyHash)
+		if !valid || c.Nonce != "" {
+			return "", false
+		}
+		return KeyedOrderID(seq, token), true
+	case "":
+		if !ValidNonce(c.Nonce) {
+			return "", false
+		}
+		return OrderID(seq, c.Nonce), true
+	}
+	return "", false
+}
+
+// HasOrderID reports whether id is the ID of the order of the command, stored
+// at the sequence id names.
+func (c CreateOrder) HasOrderID(id string) bool {
+	seq, ok := OrderSeq(id)
+	if !ok {
+		return false
+	}
+	own, ok := c.OrderIDAt(seq)
+	return ok && own == id
+}

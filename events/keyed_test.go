@@ -26,8 +26,11 @@ func TestKeyedOrderIDRoundTrip(t *testing.T) {
 		if !ok || got != seq || tok != token {
 			t.Fatalf("ParseKeyedOrderID(%q) = %d %q %v, want %d %q", id, got, tok, ok, seq, token)
 		}
-		if events.ValidOrderID(id) {
+		if _, _, ok := events.ParseOrderID(id); ok {
 			t.Fatalf("a keyed ID %q passes as an unkeyed one", id)
+		}
+		if got, ok := events.OrderSeq(id); !events.ValidOrderID(id) || !ok || got != seq {
+			t.Fatalf("OrderSeq(%q) = %d %v, want %d", id, got, ok, seq)
 		}
 		ids = append(ids, id)
 	}
@@ -78,9 +81,52 @@ func TestKeyedSubjects(t *testing.T) {
 			t.Fatalf("OrderIDOfSubject(%q) = %q, want %q", s, got, want)
 		}
 	}
+	if got := events.EventSubject(events.KindCreated, id); got != subj {
+		t.Fatalf("EventSubject of keyed ID %q = %q, want %q", id, got, subj)
+	}
 	// Every keyed subject is under the event stream's subjects and has five
 	// tokens, none of them empty or a wildcard.
 	if !strings.HasPrefix(subj, events.EventSubjectPrefix) || len(strings.Split(subj, ".")) != 5 || strings.ContainsAny(subj, "*> ") {
 		t.Fatalf("subject %q", subj)
+	}
+}
+
+func TestCommandOrderIDForms(t *testing.T) {
+	t.Parallel()
+	hash := idempotency.KeyHash("tenant", "key-1")
+	token, _ := events.KeyToken(hash)
+	classic := events.CreateOrder{Type: events.CreateOrderType, Nonce: "Z4A8K2M9QX7RT", KeyHash: hash}
+	keyed := events.CreateOrder{Type: events.CreateOrderType, IDForm: events.IDFormKeyed, KeyHash: hash}
+	for _, c := range []struct {
+		cmd  events.CreateOrder
+		want string
+	}{
+		{classic, events.OrderID(9, classic.Nonce)},
+		{keyed, events.KeyedOrderID(9, token)},
+	} {
+		id, ok := c.cmd.OrderIDAt(9)
+		if !ok || id != c.want || !c.cmd.HasOrderID(id) {
+			t.Fatalf("%+v: OrderIDAt = %q %v, want %q", c.cmd, id, ok, c.want)
+		}
+	}
+	other, _ := events.KeyToken(idempotency.KeyHash("tenant", "key-2"))
+	if keyed.HasOrderID(events.KeyedOrderID(9, other)) || classic.HasOrderID(events.KeyedOrderID(9, token)) || keyed.HasOrderID(events.OrderID(9, classic.Nonce)) {
+		t.Fatal("a command owns an order ID of another key or form")
+	}
+	// Commands from outside: each can make no ID, and owns none.
+	for _, bad := range []events.CreateOrder{
+		{IDForm: events.IDFormKeyed, Nonce: classic.Nonce, KeyHash: hash}, // keyed with a nonce
+		{IDForm: events.IDFormKeyed, KeyHash: "short"},
+		{IDForm: events.IDFormKeyed, KeyHash: "orders.>" + hash},
+		{IDForm: "v3", KeyHash: hash, Nonce: classic.Nonce},
+		{KeyHash: hash, Nonce: "bad"},
+		{KeyHash: hash},
+	} {
+		if id, ok := bad.OrderIDAt(9); ok {
+			t.Errorf("%+v: OrderIDAt = %q", bad, id)
+		}
+		if bad.HasOrderID(events.KeyedOrderID(9, token)) || bad.HasOrderID(events.OrderID(9, classic.Nonce)) {
+			t.Errorf("%+v owns an order ID", bad)
+		}
 	}
 }

@@ -59,13 +59,17 @@ const CreateOrderType = "orderly.command.create_order.v1"
 // CreateOrder is the command the API publishes on CommandSubject, with the
 // hashed idempotency key as Nats-Msg-Id. It is internal to orderly, but
 // documented here because the dead-letter stream holds it. Its order's ID is
-// OrderID(its stream sequence, Nonce).
+// OrderID(its stream sequence, Nonce), or with IDForm keyed
+// KeyedOrderID(its stream sequence, the key's token): see OrderIDAt.
 type CreateOrder struct {
 	// Type is CreateOrderType.
 	Type string `json:"type"`
+	// IDForm is empty, or IDFormKeyed: the API chose a keyed order ID for the
+	// command's order (ADR 0010), and Nonce is empty.
+	IDForm string `json:"id_form,omitempty"`
 	// Nonce is random (NonceLen characters of Crockford base32); with the
-	// command's stream sequence it makes the order ID.
-	Nonce string `json:"nonce"`
+	// command's stream sequence it makes the order ID. Empty with IDFormKeyed.
+	Nonce string `json:"nonce,omitempty"`
 	// Tenant owns the order; idempotency keys are scoped by tenant.
 	Tenant string `json:"tenant"`
 	// KeyHash is the hashed tenant-scoped idempotency key (base64url SHA-256).

@@ -61,8 +61,13 @@ const (
 )
 
 // EventSubject is the subject of an event of kind k about orderID, for example
-// orders.events.created.ord_0000000000001WWZAD2XPDAXP2.
+// orders.events.created.ord_0000000000001WWZAD2XPDAXP2; for a keyed order ID
+// (ADR 0010) it is the keyed subject, orders.events.<kind>.<key>.<seq> (see
+// KeyedEventSubject).
 func EventSubject(k Kind, orderID string) string {
+	if seq, token, keyed := ParseKeyedOrderID(orderID); keyed {
+		return KeyedEventSubject(k, token, seq)
+	}
 	return EventSubjectPrefix + string(k) + "." + orderID
 }
 
@@ -136,10 +141,21 @@ func parseSeq(s string) (seq uint64, ok bool) {
 	return seq, true
 }
 
-// ValidOrderID reports whether id has the form of an order ID.
+// ValidOrderID reports whether id has the form of an order ID: with a nonce
+// (ParseOrderID) or keyed (ParseKeyedOrderID).
 func ValidOrderID(id string) bool {
-	_, _, ok := ParseOrderID(id)
+	_, ok := OrderSeq(id)
 	return ok
+}
+
+// OrderSeq is the sequence of the command of the order id, in either form of
+// order ID; ok is false when id is neither.
+func OrderSeq(id string) (seq uint64, ok bool) {
+	if seq, _, ok = ParseOrderID(id); ok {
+		return seq, true
+	}
+	seq, _, ok = ParseKeyedOrderID(id)
+	return seq, ok
 }
 
 // NewNonce returns a fresh command nonce: NonceLen random characters of

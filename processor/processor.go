@@ -106,6 +106,9 @@ type Config struct {
 	Hooks Hooks
 }
 
+// kindNone labels the decisions that store no event.
+const kindNone = "none"
+
 // Delivery is one delivery of a command.
 type Delivery struct {
 	// Data is the command as stored.
@@ -147,7 +150,7 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	}
 	decided := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "orderly_commands_decided_total",
-		Help: "CreateOrder commands decided by the processor, by event kind.",
+		Help: "CreateOrder commands decided by the processor, by event kind; none: an order with a keyed ID that lost its idempotency key to another order, which stores no event.",
 	}, []string{"kind"})
 	if err := reg.Register(decided); err != nil {
 		return nil, err
@@ -224,6 +227,16 @@ func (h *Handler) HandleBatch(ctx context.Context, ds []Delivery) []error {
 			continue
 		}
 		w.holder, w.won = o.Holder, o.Won
+		if !o.Won && o.Holder.OrderID != w.orderID && w.cmd.Keyed() {
+			// A keyed order that lost its key stores no event: the key's next
+			// claim expects the holder's event as the key's last (ADR 0010).
+			// Its requests are answered by the holder, and so is a read of its
+			// ID (303 to the holder).
+			h.decided.WithLabelValues(kindNone).Inc()
+			h.logger.InfoContext(w.ctx, "order lost its idempotency key to another order; no event stored",
+				"order_id", w.orderID, "holder", o.Holder.OrderID)
+			continue
+		}
 		w.dec = h.decision(w.cmd, w.orderID, w.dec, o.Holder, o.Won)
 		if w.dec.HoldsKey() && h.cfg.Hooks.AfterClaim != nil {
 			if err := h.cfg.Hooks.AfterClaim(w.ctx, w.cmd, ds[w.i].Delivered); err != nil {
@@ -463,21 +476,22 @@ func decodeCommand(d Delivery) (events.CreateOrder, string, error) {
 	if cmd.Type != events.CreateOrderType {
 		errs = append(errs, fmt.Errorf("unknown command type %q", cmd.Type))
 	}
-	if !events.ValidNonce(cmd.Nonce) {
-		errs = append(errs, fmt.Errorf("invalid nonce %q", cmd.Nonce))
-	}
 	if !idempotency.ValidKeyHash(cmd.KeyHash) || cmd.Fingerprint == "" {
 		errs = append(errs, errors.New("command without a valid key hash or fingerprint"))
 	}
 	if d.Seq == 0 {
 		errs = append(errs, errors.New("command without a stream sequence"))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return cmd, "", err
-	}
 	seq := d.Seq
 	if d.OrderSeq != 0 {
 		seq = d.OrderSeq
 	}
-	return cmd, events.OrderID(seq, cmd.Nonce), nil
+	orderID, ok := cmd.OrderIDAt(seq)
+	if !ok {
+		errs = append(errs, fmt.Errorf("command cannot make an order ID: form %q, nonce %q", cmd.IDForm, cmd.Nonce))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cmd, "", err
+	}
+	return cmd, orderID, nil
 }

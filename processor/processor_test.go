@@ -552,3 +552,57 @@ func TestHandleBatchGivesEachDeliveryItsOutcome(t *testing.T) {
 		}
 	}
 }
+
+// keyed is cmd with a keyed order ID (ADR 0010): no nonce.
+func keyed(cmd events.CreateOrder) events.CreateOrder {
+	cmd.IDForm, cmd.Nonce = events.IDFormKeyed, ""
+	return cmd
+}
+
+func TestKeyedOrders(t *testing.T) {
+	t.Parallel()
+	claims, store := &fakeClaims{}, &fakeEvents{}
+	h := newHandler(t, claims, store)
+	token, _ := events.KeyToken(key)
+	ctx := context.Background()
+	first, second := events.KeyedOrderID(1, token), events.KeyedOrderID(2, token)
+
+	// The first command of the key makes its order under the keyed ID.
+	if err := h.Handle(ctx, delivery(t, keyed(command("", key, "fp", nil)), 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	ev := store.event(t, first)
+	if ev.Type != events.OrderCreatedType || claims.m[key].OrderID != first || claims.m[key].Location != idempotency.OrderPath(first) {
+		t.Fatalf("first: event %s, key's record %+v", ev.Type, claims.m[key])
+	}
+	// A redelivery stores nothing again.
+	if err := h.Handle(ctx, delivery(t, keyed(command("", key, "fp", nil)), 1, 2)); err != nil || store.appends != 2 || len(store.stored) != 1 {
+		t.Fatalf("redelivery: %v, %d appends, %d events", err, store.appends, len(store.stored))
+	}
+	// Another command of the key, same request or another: it loses, is
+	// done (acked) and stores no event; the key's record stays the first's.
+	for i, fp := range []string{"fp", "other"} {
+		if err := h.Handle(ctx, delivery(t, keyed(command("", key, fp, nil)), uint64(2+i), 1)); err != nil {
+			t.Fatalf("loser %d: %v", i, err)
+		}
+	}
+	if _, ok := store.stored[second]; ok || len(store.stored) != 1 || claims.m[key].OrderID != first {
+		t.Fatalf("a losing keyed command stored an event: %d events, key's record %s", len(store.stored), claims.m[key].OrderID)
+	}
+	// A command of the current form that loses still stores its rejection.
+	if err := h.Handle(ctx, delivery(t, command(nonce1, key, "fp", nil), 9, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := store.event(t, events.OrderID(9, nonce1)); ev.Type != events.OrderRejectedType {
+		t.Fatalf("unkeyed loser: %s", ev.Type)
+	}
+	// Commands that cannot make the ID they name are malformed.
+	for _, bad := range []events.CreateOrder{
+		func() events.CreateOrder { c := keyed(command("", key, "fp", nil)); c.Nonce = nonce1; return c }(),
+		func() events.CreateOrder { c := command(nonce1, key, "fp", nil); c.IDForm = "v9"; return c }(),
+	} {
+		if err := h.Handle(ctx, delivery(t, bad, 20, 1)); !IsPermanent(err) {
+			t.Fatalf("%+v: %v, want a permanent error", bad, err)
+		}
+	}
+}

@@ -117,11 +117,15 @@ func decode(ctx context.Context, evs *jsstore.Events, m *jetstream.RawStreamMsg)
 		dl.orderSeq = v // a replay dead-lettered again: its order is the first one's
 	}
 	var cmd events.CreateOrder
-	if err := json.Unmarshal(m.Data, &cmd); err != nil || !events.ValidNonce(cmd.Nonce) || dl.orderSeq == 0 {
+	orderID, ok := "", false
+	if err := json.Unmarshal(m.Data, &cmd); err == nil && dl.orderSeq != 0 {
+		orderID, ok = cmd.OrderIDAt(dl.orderSeq)
+	}
+	if !ok {
 		dl.Decision = "undecodable"
 		return dl, nil
 	}
-	dl.OrderID, dl.Tenant, dl.KeyHash = events.OrderID(dl.orderSeq, cmd.Nonce), cmd.Tenant, cmd.KeyHash
+	dl.OrderID, dl.Tenant, dl.KeyHash = orderID, cmd.Tenant, cmd.KeyHash
 	decision, err := Decision(ctx, evs, dl.OrderID)
 	if err != nil {
 		return dl, err
@@ -305,7 +309,7 @@ func LookUp(ctx context.Context, js jetstream.JetStream, keyHash string) (Key, e
 // queued tells whether orderID's command is still in ORDER_COMMANDS and not
 // yet acknowledged by the processors' consumer.
 func queued(ctx context.Context, js jetstream.JetStream, orderID string) (bool, error) {
-	seq, _, ok := events.ParseOrderID(orderID)
+	seq, ok := events.OrderSeq(orderID)
 	if !ok {
 		return false, nil
 	}

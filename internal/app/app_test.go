@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -180,12 +181,12 @@ func (f *fakeCommands) Command(_ context.Context, seq uint64) (events.CreateOrde
 }
 
 func (f *fakeCommands) FindCommand(_ context.Context, orderID string) (events.CreateOrder, bool, error) {
-	seq, nonce, ok := events.ParseOrderID(orderID)
+	seq, ok := events.OrderSeq(orderID)
 	if !ok {
 		return events.CreateOrder{}, false, nil
 	}
 	c, err := f.Command(context.Background(), seq)
-	return c, err == nil && c.Nonce == nonce, nil
+	return c, err == nil && c.HasOrderID(orderID), nil
 }
 
 type fakeOrders struct {
@@ -472,6 +473,61 @@ func TestOrderWhoseResponseIsStoredBeforeItsEvent(t *testing.T) {
 	f.results.m[key] = idempotency.Record{State: idempotency.StateCompleted, OrderID: id, Fingerprint: "fp", Status: 422, Body: []byte(`{}`)}
 	if o, err := f.svc.Order(ctx, "t", id, 0); err != nil || o.Status != idempotency.StatusPending {
 		t.Fatalf("rejected, no event yet: %+v %v", o, err)
+	}
+}
+
+// TestKeyedOrderIDs: with KeyedOrderIDs the API's commands name the keyed
+// form, and the order's ID is made of the command's sequence and the key's
+// token (ADR 0010). A keyed order whose key holds another order's decision
+// has lost it, and reads say so (SupersededError naming the holder), at once
+// or during a long poll; one of the current form reads as pending, as before.
+func TestKeyedOrderIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	f.svc.cfg.KeyedOrderIDs = true
+	token, _ := events.KeyToken(key)
+	out, err := f.svc.Submit(ctx, submit(0, 0))
+	id := events.KeyedOrderID(1, token)
+	cmd := f.commands.stored[1]
+	if err != nil || out.Kind != Accepted || out.OrderID != id || !cmd.Keyed() || cmd.Nonce != "" {
+		t.Fatalf("submit: %+v %v, command %+v", out, err, cmd)
+	}
+	// A retry inside the window names the same order.
+	if out, err := f.svc.Submit(ctx, submit(0, 0)); err != nil || out.Kind != InProgress || out.OrderID != id {
+		t.Fatalf("retry: %+v %v", out, err)
+	}
+	if o, err := f.svc.Order(ctx, "t", id, 0); err != nil || o.Status != idempotency.StatusPending {
+		t.Fatalf("pending: %+v %v", o, err)
+	}
+	if _, err := f.svc.Order(ctx, "t", events.KeyedOrderID(1, strings.Repeat("A", events.KeyTokenLen)), 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the sequence of the order with another key's token: %v", err)
+	}
+	if _, err := f.svc.Order(ctx, "other", id, 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another tenant: %v", err)
+	}
+
+	// Another order's decision comes to hold the key during a long poll.
+	holder := events.KeyedOrderID(7, token)
+	time.AfterFunc(50*time.Millisecond, func() {
+		f.results.mu.Lock()
+		f.results.m[key] = completed(holder, "fp")
+		f.results.mu.Unlock()
+	})
+	begin := time.Now()
+	var superseded *SupersededError
+	if _, err := f.svc.Order(ctx, "t", id, 10*time.Second); !errors.As(err, &superseded) || superseded.OrderID != holder || time.Since(begin) > 5*time.Second {
+		t.Fatalf("long poll: %v after %s, want superseded by %s", err, time.Since(begin), holder)
+	}
+	if _, err := f.svc.OrderEvents(ctx, "t", id); !errors.As(err, &superseded) || superseded.OrderID != holder {
+		t.Fatalf("events: %v", err)
+	}
+	// A pending claim of an earlier version decides nothing yet.
+	f.results.mu.Lock()
+	f.results.m[key] = idempotency.Pending(holder, "fp")
+	f.results.mu.Unlock()
+	if o, err := f.svc.Order(ctx, "t", id, 0); err != nil || o.Status != idempotency.StatusPending {
+		t.Fatalf("a pending holder: %+v %v", o, err)
 	}
 }
 

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -38,8 +39,12 @@ func (s *Service) Order(ctx context.Context, tenant, orderID string, wait time.D
 		case <-decided:
 		case <-poll.C:
 			// A safety net, often while the feed is down.
-			if next, _, err := s.currentOrder(ctx, tenant, orderID); err == nil && next.Status != idempotency.StatusPending {
+			next, _, err := s.currentOrder(ctx, tenant, orderID)
+			if err == nil && next.Status != idempotency.StatusPending {
 				return next, nil
+			}
+			if superseded := (*SupersededError)(nil); errors.As(err, &superseded) {
+				return idempotency.Order{}, err // a keyed order's key went to another: no event will come
 			}
 			poll.Reset(s.pollInterval())
 			continue
@@ -95,10 +100,22 @@ const eventLag = 500 * time.Millisecond
 // most a moment away (or a redelivery away, after a crash): the read waits
 // for it up to eventLag, and a created order is rendered from its stored
 // response (the same bytes as from its event) if the event is later still.
+//
+// A keyed order whose key holds another order's decision lost the key, or
+// will lose it when its command is processed: it has no event and never will
+// (ADR 0010), and the holder answers for it (SupersededError). (Until ADR
+// 0010's step 3 ORDER_RESULTS alone says who holds a key: once the holder's
+// response expires, such an order reads as pending until its command does.)
 func (s *Service) decidedWithoutEvent(ctx context.Context, cmd events.CreateOrder, orderID string) (idempotency.Order, []byte, error) {
 	pending := idempotency.PendingOrder(cmd, orderID)
 	r, found, err := s.peek(ctx, cmd.KeyHash)
-	if err != nil || !found || !r.Completed() || r.OrderID != orderID {
+	if err != nil {
+		return pending, nil, nil
+	}
+	if cmd.Keyed() && found && r.Completed() && r.OrderID != orderID {
+		return idempotency.Order{}, nil, &SupersededError{OrderID: r.OrderID}
+	}
+	if !found || !r.Completed() || r.OrderID != orderID {
 		return pending, nil, nil
 	}
 	for deadline := time.Now().Add(eventLag); time.Now().Before(deadline); {

@@ -107,6 +107,18 @@ func notStored(err error) bool {
 	return errors.As(err, &n) && n.NotStored()
 }
 
+// SupersededError: the order has a keyed ID and its command lost the
+// idempotency key to another order, which answers for the key; the order
+// has no event and never will (ADR 0010).
+type SupersededError struct {
+	// OrderID is the order that holds the key.
+	OrderID string
+}
+
+func (e *SupersededError) Error() string {
+	return fmt.Sprintf("the order lost its idempotency key to order %s", e.OrderID)
+}
+
 // KeyReusedError: the idempotency key belongs to another request.
 type KeyReusedError struct {
 	// OrderID is the order that holds the key.
@@ -141,6 +153,10 @@ type Config struct {
 	// safety net while the watcher is live (default 1s); DownPollInterval
 	// while it is not (default 100ms).
 	PollInterval, DownPollInterval time.Duration
+	// KeyedOrderIDs makes the orders of new commands take keyed IDs (ADR
+	// 0010): ord_<seq><key token>, their events on the keyed subjects. Only
+	// processors of a version that knows keyed commands may run.
+	KeyedOrderIDs bool
 }
 
 func (c *Config) setDefaults() {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
@@ -83,12 +84,16 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 
 	cmd := events.CreateOrder{
 		Type:        events.CreateOrderType,
-		Nonce:       s.newNonce(),
 		Tenant:      in.Tenant,
 		KeyHash:     in.KeyHash,
 		Fingerprint: in.Fingerprint,
 		AcceptedAt:  s.now().UTC(),
 		Request:     in.Request,
+	}
+	if s.cfg.KeyedOrderIDs {
+		cmd.IDForm = events.IDFormKeyed
+	} else {
+		cmd.Nonce = s.newNonce()
 	}
 	seq, duplicate, err := s.publish(ctx, cmd)
 	if err != nil {
@@ -97,7 +102,11 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 	if duplicate {
 		return s.duplicate(ctx, in, seq, updates)
 	}
-	return s.await(ctx, in, events.OrderID(seq, cmd.Nonce), updates, in.Wait, false)
+	orderID, ok := cmd.OrderIDAt(seq)
+	if !ok {
+		return Outcome{}, fmt.Errorf("command of key %s stored at %d makes no order ID", in.KeyHash, seq)
+	}
+	return s.await(ctx, in, orderID, updates, in.Wait, false)
 }
 
 // result reads key from ORDER_RESULTS and caches a completed result.
@@ -134,7 +143,10 @@ func (s *Service) duplicate(ctx context.Context, in SubmitOrder, seq uint64, upd
 	if err != nil {
 		return Outcome{}, err
 	}
-	origID := events.OrderID(seq, orig.Nonce)
+	origID, ok := orig.OrderIDAt(seq)
+	if !ok {
+		return Outcome{}, fmt.Errorf("the original command at %d makes no order ID", seq)
+	}
 	if orig.Fingerprint != in.Fingerprint {
 		return Outcome{}, &KeyReusedError{OrderID: origID}
 	}

@@ -17,18 +17,27 @@ import (
 // TestKill9MidLoad kills `orderly serve` with SIGKILL twice in the middle of
 // the checker's workload and restarts it on the same data dir; the checker
 // finds nothing lost and nothing duplicated: every order answered 201 or 202
-// survived the kills.
+// survived the kills. It runs with each form of order ID (serve --order-ids):
+// with keyed IDs a retry stored past the duplicate window while the first
+// command is undecided loses the key and stores no event, and its Location
+// answers 303 to the holder, which the checker follows.
 func TestKill9MidLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills a binary; run without -short")
 	}
 	t.Parallel()
 	bin := orderlytest.BuildOrderly(t)
+	for _, ids := range []string{"nonce", "keyed"} {
+		t.Run(ids, func(t *testing.T) { kill9MidLoad(t, bin, ids) })
+	}
+}
+
+func kill9MidLoad(t *testing.T, bin, orderIDs string) {
 	httpPort, natsPort := orderlytest.FreePort(t), orderlytest.FreePort(t)
 	dataDir := t.TempDir()
 	p := &orderlytest.Process{T: t, Bin: bin, URL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), Args: []string{"serve",
 		"--data-dir", dataDir, "--http-addr", "127.0.0.1:" + strconv.Itoa(httpPort),
-		"--nats-listen", "127.0.0.1:" + strconv.Itoa(natsPort), "--dedup-window", "2s"}}
+		"--nats-listen", "127.0.0.1:" + strconv.Itoa(natsPort), "--dedup-window", "2s", "--order-ids", orderIDs}}
 	p.Start()
 	t.Cleanup(p.Kill9)
 

@@ -92,11 +92,12 @@ func (c *Commands) command(ctx context.Context, seq uint64) (events.CreateOrder,
 	return cmd, nil
 }
 
-// FindCommand reads the command of orderID: the one stored at the sequence the
-// ID names, if its nonce matches. ok is false when there is none. Errors are
+// FindCommand reads the command of orderID (either form): the one stored at
+// the sequence the ID names, if it makes that ID (its nonce, or its key's
+// token, matches). ok is false when there is none. Errors are
 // *StoreError.
 func (c *Commands) FindCommand(ctx context.Context, orderID string) (cmd events.CreateOrder, ok bool, err error) {
-	seq, nonce, valid := events.ParseOrderID(orderID)
+	seq, valid := events.OrderSeq(orderID)
 	if !valid {
 		return events.CreateOrder{}, false, nil
 	}
@@ -107,5 +108,5 @@ func (c *Commands) FindCommand(ctx context.Context, orderID string) (cmd events.
 	if err != nil {
 		return events.CreateOrder{}, false, storeErr(err)
 	}
-	return cmd, cmd.Nonce == nonce, nil
+	return cmd, cmd.HasOrderID(orderID), nil
 }

@@ -30,16 +30,18 @@ func OpenEvents(ctx context.Context, js jetstream.JetStream, pub Publisher) (*Ev
 	return &Events{js: js, pub: pub, stream: s}, nil
 }
 
-// Append stores data as the event of kind k about orderID, with Nats-Msg-Id =
+// Append stores data as the event of kind k about orderID (either form of
+// order ID: a keyed one's event goes on its keyed subject), with Nats-Msg-Id =
 // its event ID and an expected last sequence of 0 on all subjects of the
 // order. A refusal because the order already has an event means the work is
 // done: Append returns nil, with stored false (the order's event is the one
 // stored before, which Event reads).
 func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data []byte) (stored bool, err error) {
-	if !events.ValidOrderID(orderID) {
+	filter, ok := events.OrderFilter(orderID)
+	if !ok {
 		return false, fmt.Errorf("append event: invalid order ID %q", orderID)
 	}
-	return e.publish(ctx, events.EventSubject(k, orderID), events.EventID(k, orderID), 0, events.OrderSubjects(orderID), data)
+	return e.publish(ctx, events.EventSubject(k, orderID), events.EventID(k, orderID), 0, filter, data)
 }
 
 // AppendRequest is one event of AppendAll: Append(Ctx, Kind, OrderID, Data),
@@ -66,7 +68,8 @@ func (e *Events) AppendAll(ctx context.Context, reqs []AppendRequest) []AppendOu
 	msgs := make([]*nats.Msg, 0, len(reqs))
 	sent := make([]int, 0, len(reqs))
 	for i, q := range reqs {
-		if !events.ValidOrderID(q.OrderID) {
+		filter, ok := events.OrderFilter(q.OrderID)
+		if !ok {
 			res[i].Err = fmt.Errorf("append event: invalid order ID %q", q.OrderID)
 			continue
 		}
@@ -74,7 +77,7 @@ func (e *Events) AppendAll(ctx context.Context, reqs []AppendRequest) []AppendOu
 		if qctx == nil {
 			qctx = ctx
 		}
-		msgs = append(msgs, eventMsg(qctx, events.EventSubject(q.Kind, q.OrderID), events.EventID(q.Kind, q.OrderID), 0, events.OrderSubjects(q.OrderID), q.Data))
+		msgs = append(msgs, eventMsg(qctx, events.EventSubject(q.Kind, q.OrderID), events.EventID(q.Kind, q.OrderID), 0, filter, q.Data))
 		sent = append(sent, i)
 	}
 	for j, p := range PublishAll(ctx, e.pub, msgs) {

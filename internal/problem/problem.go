@@ -27,12 +27,13 @@ const (
 	CodeMethod       = "method_not_allowed"
 	CodeNotReady     = "not_ready"
 	CodeNotLive      = "not_live"
+	CodeSuperseded   = "order_superseded"
 )
 
 // Codes lists every code, for the documents that must name them all.
 var Codes = []string{CodeKeyMissing, CodeKeyInvalid, CodeKeyInUse, CodeKeyReused, CodeInvalid, CodeRejected, CodeTooLarge,
 	CodeTimeout, CodeMediaType, CodeUnauthorized, CodeNotFound, CodeUnavailable, CodeUnknown, CodeInternal, CodeMethod,
-	CodeNotReady, CodeNotLive}
+	CodeNotReady, CodeNotLive, CodeSuperseded}
 
 // FieldError is one problem with one field of the request body.
 type FieldError struct {

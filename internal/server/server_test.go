@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -309,6 +310,91 @@ func TestOneKeyTwiceInOneBatch(t *testing.T) {
 	}
 	if all == 0 || ones == all {
 		t.Fatalf("batches: %d of %d held one command; want batches of several", ones, all)
+	}
+}
+
+// TestKeyedOrders: with keyed order IDs (ADR 0010, step 2) the API names
+// each order ord_<seq><key token> and its event is stored on the keyed
+// subject; a second command of the key (here one that reached the stream past
+// the broker's window while the processor was held) loses the key, stores no
+// event, and a read of its ID answers 303 to the holder.
+func TestKeyedOrders(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true} // no processor until both commands are stored
+	cfg.App.KeyedOrderIDs = true
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	const key = "keyed-1"
+	hash := idempotency.KeyHash(api.DefaultTenant, key)
+	token, _ := events.KeyToken(hash)
+
+	accepted := inst.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: respond-async")
+	loc := accepted.Header.Get("Location")
+	id := strings.TrimPrefix(loc, "/v1/orders/")
+	seq, tok, ok := events.ParseKeyedOrderID(id)
+	if accepted.Status != http.StatusAccepted || !ok || tok != token {
+		t.Fatalf("accepted: %d %s at %q, want a keyed order ID", accepted.Status, accepted.Body, loc)
+	}
+	// The second command: the same key, its own message ID, keyed.
+	body := orderlytest.Order("c-1")
+	cmd := events.CreateOrder{Type: events.CreateOrderType, IDForm: events.IDFormKeyed, Tenant: api.DefaultTenant,
+		KeyHash: hash, Fingerprint: idempotency.Fingerprint(decode(t, body)), AcceptedAt: time.Now(), Request: decode(t, body)}
+	data, _ := json.Marshal(cmd)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.CommandSubject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{"past-the-window"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loser := events.KeyedOrderID(ack.Sequence, token)
+
+	pcfg := orderlytest.Config(t)
+	pcfg.Roles = server.Roles{Processor: true}
+	inst.Attach(&pcfg)
+	proc := orderlytest.Start(t, pcfg)
+
+	var created orderlytest.Response
+	orderlytest.Eventually(t, 10*time.Second, "the order", func() bool {
+		created = orderlytest.Do(t, http.MethodGet, inst.URL+loc, nil)
+		return created.JSON(t)["status"] == "created"
+	})
+	if got := created.JSON(t)["id"]; got != id {
+		t.Fatalf("order %v, want %s", got, id)
+	}
+	// The loser's ID: 303 to the holder, whose order a client that follows it reads.
+	noFollow := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]string{"": loc, "/events": loc + "/events"} {
+		resp, err := noFollow.Get(inst.URL + "/v1/orders/" + loser + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != want || !strings.Contains(string(b), `"code":"order_superseded"`) {
+			t.Fatalf("GET the loser%s: %d at %q %s, want 303 to %s", path, resp.StatusCode, resp.Header.Get("Location"), b, want)
+		}
+	}
+	if followed := orderlytest.Do(t, http.MethodGet, inst.URL+"/v1/orders/"+loser, nil); followed.Status != http.StatusOK || !bytes.Equal(followed.Body, created.Body) {
+		t.Fatalf("following the 303: %d %s, want %s", followed.Status, followed.Body, created.Body)
+	}
+	// One event in all, on the keyed subject of the winner.
+	s, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs := orderlytest.Events(t, js); len(evs) != 1 || evs[0].Type != events.OrderCreatedType {
+		t.Fatalf("events %+v, want one OrderCreated", evs)
+	}
+	if m, err := s.GetLastMsgForSubject(ctx, events.KeySubjects(token)); err != nil || m.Subject != events.KeyedEventSubject(events.KindCreated, token, seq) {
+		t.Fatalf("the key's event: %v %v", m, err)
+	}
+	// A retry replays the winner; the processor counted the loser.
+	if again := inst.PostOrder(t, key, body); again.Status != http.StatusCreated || again.Header.Get("Location") != loc || !bytes.Equal(again.Body, created.Body) {
+		t.Fatalf("retry: %d %v %s", again.Status, again.Header, again.Body)
+	}
+	if metrics := string(orderlytest.Do(t, http.MethodGet, proc.URL+"/metrics", nil).Body); !strings.Contains(metrics, `orderly_commands_decided_total{kind="none"} 1`) {
+		t.Fatalf("metrics: no loser counted")
 	}
 }
 
