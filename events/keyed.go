@@ -142,3 +142,22 @@ func (c CreateOrder) HasOrderID(id string) bool {
 	own, ok := c.OrderIDAt(seq)
 	return ok && own == id
 }
+
+// KeyedEventSubjects filters every keyed event, of any key, kind and order:
+// orders.events.*.*.* (an event subject of the nonce form has one token
+// less).
+const KeyedEventSubjects = EventSubjectPrefix + "*.*.*"
+
+// KeyTokenOfSubject is the key token of a keyed event subject; ok is false
+// for any other subject.
+func KeyTokenOfSubject(subj string) (token string, ok bool) {
+	rest, found := strings.CutPrefix(subj, EventSubjectPrefix)
+	if !found {
+		return "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || !validKeyToken(parts[1]) {
+		return "", false
+	}
+	return parts[1], true
+}

@@ -81,6 +81,15 @@ func TestKeyedSubjects(t *testing.T) {
 			t.Fatalf("OrderIDOfSubject(%q) = %q, want %q", s, got, want)
 		}
 	}
+	if tok, ok := events.KeyTokenOfSubject(subj); !ok || tok != token {
+		t.Fatalf("KeyTokenOfSubject(%q) = %q %v", subj, tok, ok)
+	}
+	for _, bad := range []string{events.EventSubject(events.KindCreated, unkeyed), "orders.events.created." + token, "x.y.created." + token + ".1",
+		"orders.events.created.short.1", "orders.events.created." + token + ".1.2"} {
+		if tok, ok := events.KeyTokenOfSubject(bad); ok {
+			t.Fatalf("KeyTokenOfSubject(%q) = %q", bad, tok)
+		}
+	}
 	if got := events.EventSubject(events.KindCreated, id); got != subj {
 		t.Fatalf("EventSubject of keyed ID %q = %q, want %q", id, got, subj)
 	}

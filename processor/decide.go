@@ -33,16 +33,22 @@ func (d Decision) HoldsKey() bool { return d.Record.Completed() }
 // pure function: the same command, order ID and time make the same bytes, so
 // that a redelivery makes again the decision whose response is stored.
 func Decide(cmd events.CreateOrder, orderID string, now time.Time) Decision {
+	return decide(cmd, orderID, now, true)
+}
+
+// decide is Decide; without record, the decision's Record is left zero (a
+// keyed order stores no response: ADR 0010).
+func decide(cmd events.CreateOrder, orderID string, now time.Time, record bool) Decision {
 	r := cmd.Request
 	sum, err := r.Sum()
 	switch {
 	case err != nil:
-		return reject(cmd, orderID, now, events.ReasonInvalidOrder, "", err.Error())
+		return rejection(cmd, orderID, now, events.ReasonInvalidOrder, "", err.Error(), record)
 	case len(r.Items) == 0:
-		return reject(cmd, orderID, now, events.ReasonInvalidOrder, "", "the order has no items")
+		return rejection(cmd, orderID, now, events.ReasonInvalidOrder, "", "the order has no items", record)
 	case r.Total != nil && *r.Total != sum:
-		return reject(cmd, orderID, now, events.ReasonTotalMismatch, "",
-			fmt.Sprintf("total %d does not equal the sum of quantity*unit_price over the items, %d", *r.Total, sum))
+		return rejection(cmd, orderID, now, events.ReasonTotalMismatch, "",
+			fmt.Sprintf("total %d does not equal the sum of quantity*unit_price over the items, %d", *r.Total, sum), record)
 	}
 	e := events.NewEvent(events.OrderCreatedType, events.KindCreated, orderID, now, events.OrderCreated{
 		OrderID:            orderID,
@@ -57,12 +63,19 @@ func Decide(cmd events.CreateOrder, orderID string, now time.Time) Decision {
 		CreatedAt:          now.UTC(),
 	})
 	e.TraceParent, e.TraceState = cmd.TraceParent, cmd.TraceState
-	rec := idempotency.Created(e.Data)
-	rec.DecidedUnixNano = e.Time.UnixNano()
-	return Decision{Kind: events.KindCreated, Event: encode(e), Record: rec}
+	d := Decision{Kind: events.KindCreated, Event: encode(e)}
+	if record {
+		d.Record = idempotency.Created(e.Data)
+		d.Record.DecidedUnixNano = e.Time.UnixNano()
+	}
+	return d
 }
 
 func reject(cmd events.CreateOrder, orderID string, now time.Time, reason, duplicateOf, detail string) Decision {
+	return rejection(cmd, orderID, now, reason, duplicateOf, detail, true)
+}
+
+func rejection(cmd events.CreateOrder, orderID string, now time.Time, reason, duplicateOf, detail string, record bool) Decision {
 	e := events.NewEvent(events.OrderRejectedType, events.KindRejected, orderID, now, events.OrderRejected{
 		OrderID:            orderID,
 		Tenant:             cmd.Tenant,
@@ -77,7 +90,7 @@ func reject(cmd events.CreateOrder, orderID string, now time.Time, reason, dupli
 	})
 	e.TraceParent, e.TraceState = cmd.TraceParent, cmd.TraceState
 	d := Decision{Kind: events.KindRejected, Event: encode(e), reason: reason}
-	if e.Data.HoldsKey() {
+	if record && e.Data.HoldsKey() {
 		d.Record = idempotency.Rejected(e.Data)
 		d.Record.DecidedUnixNano = e.Time.UnixNano()
 	}

@@ -22,9 +22,21 @@ import (
 // number of concurrent callers, on any number of processes, exactly one wins.
 // A caller that loses gets the record that won. Save overwrites the key's
 // record.
+//
+// Get reads the key's record: a keyed order (ADR 0010) claims its key in the
+// event store, and must not take a key that a record here gives to an order
+// of the other form (or of a version before keyed IDs).
 type Claims interface {
 	Claim(ctx context.Context, key string, claim idempotency.Record) (holder idempotency.Record, won bool, err error)
 	Save(ctx context.Context, key string, rec idempotency.Record) error
+	Get(ctx context.Context, key string) (rec idempotency.Record, ok bool, err error)
+}
+
+// RecordsHint is implemented by Claims that can tell cheaply that they hold
+// no record at all (every record expired): keyed orders then skip the read
+// of their key's record.
+type RecordsHint interface {
+	MayHoldRecords(ctx context.Context) bool
 }
 
 // EventStore stores events.
@@ -33,9 +45,24 @@ type Claims interface {
 // order: when a terminal event of the order is already stored it returns nil
 // with stored false, so that a redelivered command cannot store a second
 // event. Event reads the order's stored event.
+//
+// For a keyed order ID (ADR 0010) the event is its idempotency key's claim:
+// Append stores it only if the key has no keyed event (with AppendAll, none
+// after the sequence After), and KeyEvent reads the key's last keyed event.
 type EventStore interface {
 	Append(ctx context.Context, k events.Kind, orderID string, data []byte) (stored bool, err error)
 	Event(ctx context.Context, orderID string) (data []byte, ok bool, err error)
+	KeyEvent(ctx context.Context, keyHash string) (ev KeyEvent, ok bool, err error)
+}
+
+// KeyEvent is the last keyed event of a key: Data as stored, its Subject, its
+// sequence Seq (which a claim replacing it names as After), when it was
+// Stored. An alias of an unnamed struct type, as ClaimRequest.
+type KeyEvent = struct {
+	Data    []byte
+	Subject string
+	Seq     uint64
+	Stored  time.Time
 }
 
 // BatchClaims is implemented by Claims that make several claims with one wait
@@ -67,12 +94,15 @@ type BatchEvents interface {
 }
 
 // AppendRequest is one event of AppendAll: Append(Ctx, Kind, OrderID, Data).
-// Ctx carries the trace of the command the event decides.
+// Ctx carries the trace of the command the event decides. For a keyed order
+// the event is the key's claim, and After the sequence of the key's last
+// event that it replaces (0: none).
 type AppendRequest = struct {
 	Ctx     context.Context
 	Kind    events.Kind
 	OrderID string
 	Data    []byte
+	After   uint64
 }
 
 // AppendOutcome is what Append returns for one event of AppendAll.
@@ -104,6 +134,10 @@ type Hooks struct {
 type Config struct {
 	// Hooks inject faults in tests; zero in production.
 	Hooks Hooks
+	// ResultTTL is how long a decision holds its idempotency key (serve
+	// --result-ttl): a keyed order's claim takes a key whose last event was
+	// decided longer ago (default 24h).
+	ResultTTL time.Duration
 }
 
 // kindNone labels the decisions that store no event.
@@ -155,6 +189,9 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	if err := reg.Register(decided); err != nil {
 		return nil, err
 	}
+	if cfg.ResultTTL <= 0 {
+		cfg.ResultTTL = 24 * time.Hour
+	}
 	return &Handler{cfg: cfg, deps: deps, now: time.Now, logger: logger.With("component", "processor"), decided: decided}, nil
 }
 
@@ -185,16 +222,8 @@ func (h *Handler) Handle(ctx context.Context, d Delivery) error {
 // two processors.
 func (h *Handler) HandleBatch(ctx context.Context, ds []Delivery) []error {
 	errs := make([]error, len(ds))
-	type work struct {
-		i       int
-		ctx     context.Context
-		cmd     events.CreateOrder
-		orderID string
-		dec     Decision
-		holder  idempotency.Record
-		won     bool
-	}
 	ws := make([]work, 0, len(ds))
+	var keyed []keyedWork
 	for i, d := range ds {
 		dctx := d.Ctx
 		if dctx == nil {
@@ -211,35 +240,59 @@ func (h *Handler) HandleBatch(ctx context.Context, ds []Delivery) []error {
 				continue
 			}
 		}
-		ws = append(ws, work{i: i, ctx: dctx, cmd: cmd, orderID: orderID, dec: Decide(cmd, orderID, h.now())})
+		if cmd.Keyed() { // its event is all it stores
+			keyed = append(keyed, item{i: i, ctx: dctx, cmd: cmd, orderID: orderID, dec: decide(cmd, orderID, h.now(), false), delivered: d.Delivered})
+			continue
+		}
+		ws = append(ws, work{item: item{i: i, ctx: dctx, cmd: cmd, orderID: orderID, dec: Decide(cmd, orderID, h.now()), delivered: d.Delivered}})
 	}
+	// Commands of the nonce form first: a keyed command of the same key in
+	// this batch then finds their claims (it reads the key's record).
+	h.claimResponses(ctx, ws, errs)
+	h.claimKeys(ctx, keyed, errs)
+	return errs
+}
 
-	claims := make([]ClaimRequest, len(ws))
-	for j, w := range ws {
-		claims[j] = ClaimRequest{Key: w.cmd.KeyHash, Record: w.dec.Record}
+// work is one command of the nonce form in a batch.
+type work struct {
+	item
+	holder idempotency.Record
+	won    bool
+	// keyHolder is the keyed order that holds the key (ADR 0010), if any:
+	// the command is rejected naming it, and claims nothing.
+	keyHolder *idempotency.Record
+}
+
+// claimResponses decides the commands of the nonce form ws of a batch (see
+// HandleBatch), each one's error in errs.
+func (h *Handler) claimResponses(ctx context.Context, ws []work, errs []error) {
+	if len(ws) == 0 {
+		return
+	}
+	ws = h.keyedHolders(ctx, ws, errs)
+	claims := make([]ClaimRequest, 0, len(ws))
+	for _, w := range ws {
+		if w.keyHolder == nil {
+			claims = append(claims, ClaimRequest{Key: w.cmd.KeyHash, Record: w.dec.Record})
+		}
 	}
 	outcomes := h.claimAll(ctx, claims)
 	claimed := ws[:0]
-	for j, w := range ws {
-		o := outcomes[j]
+	for _, w := range ws {
+		var o ClaimOutcome
+		if w.keyHolder != nil {
+			o.Holder = *w.keyHolder
+		} else {
+			o, outcomes = outcomes[0], outcomes[1:]
+		}
 		if o.Err != nil {
 			errs[w.i] = fmt.Errorf("claim key of %s: %w", w.orderID, o.Err)
 			continue
 		}
 		w.holder, w.won = o.Holder, o.Won
-		if !o.Won && o.Holder.OrderID != w.orderID && w.cmd.Keyed() {
-			// A keyed order that lost its key stores no event: the key's next
-			// claim expects the holder's event as the key's last (ADR 0010).
-			// Its requests are answered by the holder, and so is a read of its
-			// ID (303 to the holder).
-			h.decided.WithLabelValues(kindNone).Inc()
-			h.logger.InfoContext(w.ctx, "order lost its idempotency key to another order; no event stored",
-				"order_id", w.orderID, "holder", o.Holder.OrderID)
-			continue
-		}
 		w.dec = h.decision(w.cmd, w.orderID, w.dec, o.Holder, o.Won)
 		if w.dec.HoldsKey() && h.cfg.Hooks.AfterClaim != nil {
-			if err := h.cfg.Hooks.AfterClaim(w.ctx, w.cmd, ds[w.i].Delivered); err != nil {
+			if err := h.cfg.Hooks.AfterClaim(w.ctx, w.cmd, w.delivered); err != nil {
 				errs[w.i] = err
 				continue
 			}
@@ -260,7 +313,6 @@ func (h *Handler) HandleBatch(ctx context.Context, ds []Delivery) []error {
 		}
 		errs[w.i] = h.settled(w.ctx, w.cmd, w.orderID, w.dec, w.holder, w.won, stored)
 	}
-	return errs
 }
 
 // decision is the decision that stands once the key's claim returned holder:
@@ -293,9 +345,10 @@ func (h *Handler) claimAll(ctx context.Context, reqs []ClaimRequest) []ClaimOutc
 	return out
 }
 
-// appendAll stores the events, at once when the port can.
+// appendAll stores the events, at once when the port can (and only then
+// claims a key after its holder).
 func (h *Handler) appendAll(ctx context.Context, reqs []AppendRequest) []AppendOutcome {
-	if b, ok := h.deps.Events.(BatchEvents); ok && len(reqs) > 1 {
+	if b, ok := h.deps.Events.(BatchEvents); ok && (len(reqs) > 1 || len(reqs) == 1 && reqs[0].After != 0) {
 		return b.AppendAll(ctx, reqs)
 	}
 	out := make([]AppendOutcome, len(reqs))
@@ -303,6 +356,10 @@ func (h *Handler) appendAll(ctx context.Context, reqs []AppendRequest) []AppendO
 		qctx := q.Ctx
 		if qctx == nil {
 			qctx = ctx
+		}
+		if q.After != 0 {
+			out[i].Err = errors.New("the event store cannot claim a key after its holder: it does not implement BatchEvents")
+			continue
 		}
 		out[i].Stored, out[i].Err = h.deps.Events.Append(qctx, q.Kind, q.OrderID, q.Data)
 	}
@@ -442,6 +499,9 @@ func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
 		return nil // no order to answer for: the dead letter is all there is
 	}
 	dec := givingUp(cmd, orderID, h.now())
+	if cmd.Keyed() {
+		return h.giveUpKeyed(ctx, keyedWork{ctx: ctx, cmd: cmd, orderID: orderID, dec: dec, delivered: d.Delivered}, cause)
+	}
 	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, dec.Record)
 	if err != nil {
 		return fmt.Errorf("claim key of %s: %w", orderID, err)

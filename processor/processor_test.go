@@ -39,6 +39,16 @@ func (f *fakeClaims) Claim(_ context.Context, key string, claim idempotency.Reco
 	return claim, true, nil
 }
 
+func (f *fakeClaims) Get(_ context.Context, key string) (idempotency.Record, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return idempotency.Record{}, false, f.err
+	}
+	r, ok := f.m[key]
+	return r, ok, nil
+}
+
 func (f *fakeClaims) Save(_ context.Context, key string, rec idempotency.Record) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -53,14 +63,22 @@ func (f *fakeClaims) Save(_ context.Context, key string, rec idempotency.Record)
 }
 
 // fakeEvents is an in-memory EventStore keeping the first event of each order.
+// It models keyed orders (ADR 0010) as the store does: the event of a keyed
+// order is stored only if its key's last keyed event is at sequence after.
 type fakeEvents struct {
 	mu      sync.Mutex
 	stored  map[string][]byte
+	keys    map[string]KeyEvent // key token -> last keyed event
+	seq     uint64
 	appends int
 	err     error
 }
 
-func (f *fakeEvents) Append(_ context.Context, _ events.Kind, orderID string, data []byte) (bool, error) {
+func (f *fakeEvents) Append(ctx context.Context, k events.Kind, orderID string, data []byte) (bool, error) {
+	return f.appendAfter(ctx, k, orderID, data, 0)
+}
+
+func (f *fakeEvents) appendAfter(_ context.Context, k events.Kind, orderID string, data []byte, after uint64) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.appends++
@@ -68,13 +86,32 @@ func (f *fakeEvents) Append(_ context.Context, _ events.Kind, orderID string, da
 		return false, f.err
 	}
 	if f.stored == nil {
-		f.stored = map[string][]byte{}
+		f.stored, f.keys = map[string][]byte{}, map[string]KeyEvent{}
 	}
-	if _, ok := f.stored[orderID]; ok {
+	_, token, keyed := events.ParseKeyedOrderID(orderID)
+	if last := f.keys[token]; keyed && last.Seq != after {
 		return false, nil
 	}
+	if _, ok := f.stored[orderID]; ok && !keyed {
+		return false, nil
+	}
+	f.seq++
 	f.stored[orderID] = data
+	if keyed {
+		f.keys[token] = KeyEvent{Data: data, Subject: events.EventSubject(k, orderID), Seq: f.seq, Stored: time.Now()}
+	}
 	return true, nil
+}
+
+func (f *fakeEvents) KeyEvent(_ context.Context, keyHash string) (KeyEvent, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return KeyEvent{}, false, f.err
+	}
+	token, _ := events.KeyToken(keyHash)
+	ev, ok := f.keys[token]
+	return ev, ok, nil
 }
 
 func (f *fakeEvents) Event(_ context.Context, orderID string) ([]byte, bool, error) {
@@ -487,7 +524,7 @@ func (b *batchEvents) AppendAll(ctx context.Context, reqs []AppendRequest) []App
 	b.calls++
 	out := make([]AppendOutcome, len(reqs))
 	for i, q := range reqs {
-		out[i].Stored, out[i].Err = b.Append(ctx, q.Kind, q.OrderID, q.Data)
+		out[i].Stored, out[i].Err = b.appendAfter(ctx, q.Kind, q.OrderID, q.Data, q.After)
 	}
 	return out
 }
@@ -562,39 +599,85 @@ func keyed(cmd events.CreateOrder) events.CreateOrder {
 func TestKeyedOrders(t *testing.T) {
 	t.Parallel()
 	claims, store := &fakeClaims{}, &fakeEvents{}
-	h := newHandler(t, claims, store)
+	h := newHandler(t, claims, &batchEvents{fakeEvents: store})
 	token, _ := events.KeyToken(key)
 	ctx := context.Background()
 	first, second := events.KeyedOrderID(1, token), events.KeyedOrderID(2, token)
 
-	// The first command of the key makes its order under the keyed ID.
+	// The first command of the key makes its order under the keyed ID: its
+	// event is the key's claim, and nothing else is stored.
 	if err := h.Handle(ctx, delivery(t, keyed(command("", key, "fp", nil)), 1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	ev := store.event(t, first)
-	if ev.Type != events.OrderCreatedType || claims.m[key].OrderID != first || claims.m[key].Location != idempotency.OrderPath(first) {
-		t.Fatalf("first: event %s, key's record %+v", ev.Type, claims.m[key])
+	if ev := store.event(t, first); ev.Type != events.OrderCreatedType || len(claims.m) != 0 {
+		t.Fatalf("first: event %s, %d records in the claims store, want none", ev.Type, len(claims.m))
 	}
 	// A redelivery stores nothing again.
-	if err := h.Handle(ctx, delivery(t, keyed(command("", key, "fp", nil)), 1, 2)); err != nil || store.appends != 2 || len(store.stored) != 1 {
-		t.Fatalf("redelivery: %v, %d appends, %d events", err, store.appends, len(store.stored))
+	if err := h.Handle(ctx, delivery(t, keyed(command("", key, "fp", nil)), 1, 2)); err != nil || len(store.stored) != 1 {
+		t.Fatalf("redelivery: %v, %d events", err, len(store.stored))
+	}
+	// A command of the nonce form of the key (an API not yet making keyed
+	// IDs) is rejected naming the keyed holder, and claims nothing.
+	if err := h.Handle(ctx, delivery(t, command(nonce1, key, "fp", nil), 7, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := store.event(t, events.OrderID(7, nonce1)); ev.Type != events.OrderRejectedType || len(claims.m) != 0 ||
+		!bytes.Contains(store.stored[events.OrderID(7, nonce1)], []byte(`"duplicate_of":"`+first+`"`)) {
+		t.Fatalf("a nonce command of a keyed key: %s, %d records", store.stored[events.OrderID(7, nonce1)], len(claims.m))
 	}
 	// Another command of the key, same request or another: it loses, is
-	// done (acked) and stores no event; the key's record stays the first's.
+	// done (acked) and stores no event; the key's event stays the first's.
 	for i, fp := range []string{"fp", "other"} {
 		if err := h.Handle(ctx, delivery(t, keyed(command("", key, fp, nil)), uint64(2+i), 1)); err != nil {
 			t.Fatalf("loser %d: %v", i, err)
 		}
 	}
-	if _, ok := store.stored[second]; ok || len(store.stored) != 1 || claims.m[key].OrderID != first {
-		t.Fatalf("a losing keyed command stored an event: %d events, key's record %s", len(store.stored), claims.m[key].OrderID)
+	if _, ok := store.stored[second]; ok || len(store.stored) != 2 {
+		t.Fatalf("a losing keyed command stored an event: %d events", len(store.stored))
 	}
-	// A command of the current form that loses still stores its rejection.
-	if err := h.Handle(ctx, delivery(t, command(nonce1, key, "fp", nil), 9, 1)); err != nil {
+	// Past the result TTL the key is free: a new order claims it after the holder.
+	h.now = func() time.Time { return time.Now().Add(25 * time.Hour) }
+	if err := h.Handle(ctx, delivery(t, keyed(command("", key, "fp", nil)), 5, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if ev := store.event(t, events.OrderID(9, nonce1)); ev.Type != events.OrderRejectedType {
+	if ev, _, _ := store.KeyEvent(ctx, key); events.OrderIDOfSubject(ev.Subject) != events.KeyedOrderID(5, token) {
+		t.Fatalf("after the TTL the key's event is %s's", ev.Subject)
+	}
+	h.now = time.Now
+
+	// A key whose record in the claims store names an order of the nonce
+	// form: a keyed command of it loses, and stores nothing.
+	other := idempotency.KeyHash("t", "legacy")
+	claims.m = map[string]idempotency.Record{other: {State: idempotency.StateCompleted, OrderID: id1, Fingerprint: "fp", Status: 201}}
+	if err := h.Handle(ctx, delivery(t, keyed(command("", other, "fp", nil)), 6, 1)); err != nil {
+		t.Fatal(err)
+	}
+	otherToken, _ := events.KeyToken(other)
+	if _, ok := store.stored[events.KeyedOrderID(6, otherToken)]; ok {
+		t.Fatal("a keyed order took a key held in the claims store")
+	}
+	// A command of the nonce form that loses still stores its rejection.
+	if err := h.Handle(ctx, delivery(t, command(nonce2, other, "fp", nil), 9, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := store.event(t, events.OrderID(9, nonce2)); ev.Type != events.OrderRejectedType {
 		t.Fatalf("unkeyed loser: %s", ev.Type)
+	}
+	// Giving up on a keyed command: its rejection claims a free key, and
+	// changes nothing on a key another order holds.
+	free := idempotency.KeyHash("t", "free")
+	freeToken, _ := events.KeyToken(free)
+	if err := h.GiveUp(ctx, delivery(t, keyed(command("", free, "fp", nil)), 10, 5), errors.New("boom")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := store.event(t, events.KeyedOrderID(10, freeToken)); ev.Type != events.OrderRejectedType {
+		t.Fatalf("given up: %s", ev.Type)
+	}
+	if err := h.GiveUp(ctx, delivery(t, keyed(command("", key, "fp", nil)), 11, 5), errors.New("boom")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := store.stored[events.KeyedOrderID(11, token)]; ok {
+		t.Fatal("giving up stored an event for a key another order holds")
 	}
 	// Commands that cannot make the ID they name are malformed.
 	for _, bad := range []events.CreateOrder{

@@ -1,10 +1,11 @@
 // Package hub is an API process's view of decisions: it follows the stored
-// results (one watch of ORDER_RESULTS) and, while anyone long-polls, the
-// decisions (one headers-only consumer of ORDER_EVENTS), and fans every update
-// out to the requests waiting for that key or order: one server consumer each
-// per process, whatever the number of waiters. It also keeps the most recently
-// completed results in memory, so that replays of fresh keys cost no round
-// trip.
+// results (one watch of ORDER_RESULTS, and one consumer of the keyed events of
+// ORDER_EVENTS, each the answer of its key: ADR 0010) and, while anyone
+// long-polls, the decisions (one headers-only consumer of ORDER_EVENTS), and
+// fans every update out to the requests waiting for that key or order: one
+// server consumer each per process, whatever the number of waiters. It also
+// keeps the most recently completed results in memory, so that replays of
+// fresh keys cost no round trip.
 //
 // It talks to NATS only through ResultFeed and DecisionFeed (internal/jsstore
 // implements both) and must not import NATS, the HTTP layer or the use cases.
@@ -22,7 +23,9 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/projections"
 )
 
 // ResultFeed delivers every record stored after Watch returns, in order, from
@@ -33,6 +36,16 @@ import (
 type ResultFeed interface {
 	Watch(ctx context.Context, f func(key string, rec idempotency.Record), bad func(key string, err error)) (stop func(), live func() error, err error)
 	Keys(ctx context.Context, f func(key string, at time.Time)) error
+}
+
+// KeyFeed follows the keyed events of ADR 0010, each its key's answer:
+// FollowKeys calls f with the key token and the data of every keyed event
+// stored after it returns, from one goroutine, until stop (live as for
+// ResultFeed); KeyTokens calls f with the token of every keyed event stored
+// since since, and when it was stored, then returns.
+type KeyFeed interface {
+	FollowKeys(ctx context.Context, f func(token string, data []byte)) (stop func(), live func() error, err error)
+	KeyTokens(ctx context.Context, since time.Time, f func(token string, at time.Time)) error
 }
 
 // DecisionFeed calls f with the order ID of every decision stored after
@@ -58,6 +71,9 @@ type Config struct {
 	// (about 2 bytes per key written within the result TTL; default 64 MiB).
 	// Past it, every key is read before it is published.
 	KeyFilterBytes uint
+	// Keys, when set, is followed beside the results: the keyed events of
+	// ADR 0010 answer their keys as the bucket's records do.
+	Keys KeyFeed
 }
 
 func (c *Config) setDefaults() {
@@ -107,6 +123,7 @@ type Hub struct {
 	ctx      context.Context
 	stopAll  func()
 	live     func() error
+	liveKeys func() error // nil without Config.Keys
 	evMu     sync.Mutex
 	stopDecs func() // nil while nobody long-polls
 	idle     *time.Timer
@@ -163,11 +180,21 @@ func (h *Hub) Start(ctx context.Context) error {
 		cancel()
 		return err
 	}
+	stopKeys := func() {}
+	if h.cfg.Keys != nil {
+		stopKeys, h.liveKeys, err = h.cfg.Keys.FollowKeys(ctx, h.applyKeyed)
+		if err != nil {
+			stop()
+			cancel()
+			return err
+		}
+	}
 	h.ctx, h.live = ctx, live
 	go h.loadKeys(ctx)
 	h.stopAll = func() {
 		cancel()
 		stop()
+		stopKeys()
 		h.evMu.Lock()
 		if h.stopDecs != nil {
 			h.stopDecs()
@@ -238,10 +265,14 @@ func (h *Hub) loadKeys(ctx context.Context) {
 	wait := 100 * time.Millisecond
 	for {
 		start, n := time.Now(), 0
-		err := h.results.Keys(ctx, func(key string, at time.Time) {
-			h.seen.Add(key, at)
+		add := func(key string, at time.Time) {
+			h.seen.Add(tokenOf(key), at)
 			n++
-		})
+		}
+		err := h.results.Keys(ctx, add)
+		if err == nil && h.cfg.Keys != nil {
+			err = h.cfg.Keys.KeyTokens(ctx, start.Add(-h.cfg.ResultTTL), add)
+		}
 		if err == nil {
 			h.keysLoaded.Store(true)
 			h.logger.Info("idempotency keys loaded: new keys are published without a read", "keys", n, "took", time.Since(start).Round(time.Millisecond))
@@ -271,18 +302,50 @@ func (h *Hub) KnownNew(key string) bool {
 	if !h.keysLoaded.Load() || h.Live() != nil {
 		return false
 	}
-	return !h.seen.MayHave(key)
+	return !h.seen.MayHave(tokenOf(key))
+}
+
+// tokenOf is the token of a hashed key (events.KeyToken): the filters and
+// the waiters know keys by it, as keyed events name them.
+func tokenOf(key string) string {
+	if len(key) > events.KeyTokenLen {
+		return key[:events.KeyTokenLen]
+	}
+	return key
 }
 
 // applyResult caches a completed record and wakes the key's waiters.
 func (h *Hub) applyResult(key string, r idempotency.Record) {
-	h.seen.Add(key, h.now())
+	h.seen.Add(tokenOf(key), h.now())
 	if r.Completed() {
 		h.Remember(key, r)
 	} else if h.cache != nil {
 		h.cache.Remove(key)
 	}
-	h.waitingR.publish(key, r)
+	h.waitingR.publish(tokenOf(key), r)
+}
+
+// applyKeyed takes a keyed event: its key has an answer now. The answer is
+// rendered (projections.Project, the bytes of the processor's decision) only
+// when a request waits for the key, and then cached: an order nobody waits
+// for costs the feed no more than its token.
+func (h *Hub) applyKeyed(token string, data []byte) {
+	h.seen.Add(token, h.now())
+	if !h.waitingR.has(token) {
+		return
+	}
+	p, err := projections.Project(data)
+	if err != nil {
+		h.logger.Error("undecodable keyed event", "key_token", token, "err", err)
+		return
+	}
+	if p.Record == nil || tokenOf(p.Key) != token {
+		return // not an answer of this key (keyed orders store no other event)
+	}
+	r := *p.Record
+	r.Stored = p.At // its time counts from the decision (see Record.Expired)
+	h.Remember(p.Key, r)
+	h.waitingR.publish(token, r)
 }
 
 // CachedResult returns the cached completed record of key, if it is still live.
@@ -313,7 +376,7 @@ func (h *Hub) Remember(key string, r idempotency.Record) {
 // WatchResult registers a waiter for the records of key stored from now on.
 // C holds the latest record not yet read; cancel unregisters.
 func (h *Hub) WatchResult(key string) (c <-chan idempotency.Record, cancel func()) {
-	s := h.waitingR.subscribe(key)
+	s := h.waitingR.subscribe(tokenOf(key))
 	return s.c, s.close
 }
 
@@ -337,6 +400,11 @@ func (h *Hub) Live() error {
 	}
 	if err := h.live(); err != nil {
 		return fmt.Errorf("result feed: %w", err)
+	}
+	if h.liveKeys != nil {
+		if err := h.liveKeys(); err != nil {
+			return fmt.Errorf("keyed event feed: %w", err)
+		}
 	}
 	return nil
 }
@@ -401,6 +469,12 @@ func (f *fanout[V]) publish(key string, v V) {
 		}
 		s.c <- v
 	}
+}
+
+func (f *fanout[V]) has(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.subs[key]) > 0
 }
 
 func (f *fanout[V]) count() int {

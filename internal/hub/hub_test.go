@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"maps"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 )
 
@@ -301,5 +303,87 @@ func eventually(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// fakeKeys is an in-memory KeyFeed.
+type fakeKeys struct {
+	mu     sync.Mutex
+	follow func(token string, data []byte)
+	tokens map[string]time.Time
+	since  time.Time
+	down   error
+}
+
+func (f *fakeKeys) FollowKeys(_ context.Context, fn func(string, []byte)) (func(), func() error, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.follow = fn
+	return func() {}, func() error { f.mu.Lock(); defer f.mu.Unlock(); return f.down }, nil
+}
+
+func (f *fakeKeys) KeyTokens(_ context.Context, since time.Time, fn func(string, time.Time)) error {
+	f.mu.Lock()
+	f.since = since
+	tokens := maps.Clone(f.tokens)
+	f.mu.Unlock()
+	for k, at := range tokens {
+		fn(k, at)
+	}
+	return nil
+}
+
+// TestKeyedEventsAnswerKeys: keyed events (ADR 0010) answer their keys as
+// the bucket's records do: one wakes the requests waiting for its key with
+// the response the event makes (rendered only when someone waits, then
+// cached), and its key is no longer new; the keys of the keyed events within
+// the result TTL are loaded at start; the keyed feed down means no key is
+// known new.
+func TestKeyedEventsAnswerKeys(t *testing.T) {
+	t.Parallel()
+	key, stored := idempotency.KeyHash("t", "k"), idempotency.KeyHash("t", "stored")
+	keys := &fakeKeys{tokens: map[string]time.Time{tokenOf(stored): time.Now().Add(-time.Minute)}}
+	h := newHub(t, Config{ResultTTL: time.Hour, CacheSize: 8, Keys: keys}, &fakeFeeds{})
+	eventually(t, func() bool { return h.KnownNew(key) })
+	keys.mu.Lock()
+	since := keys.since
+	keys.mu.Unlock()
+	if d := time.Since(since); d < time.Hour || d > time.Hour+time.Minute {
+		t.Fatalf("keyed keys loaded since %s ago, want the result TTL", d)
+	}
+	if h.KnownNew(stored) {
+		t.Fatal("the key of a loaded keyed event is called new")
+	}
+	c, cancel := h.WatchResult(key)
+	defer cancel()
+	total := int64(10)
+	at := time.Now().Add(-time.Second).UTC()
+	cmd := events.CreateOrder{Type: events.CreateOrderType, IDForm: events.IDFormKeyed, Tenant: "t", KeyHash: key, Fingerprint: "fp", AcceptedAt: at,
+		Request: events.OrderRequest{CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 2, UnitPrice: 5}}, Total: &total}}
+	token, _ := events.KeyToken(key)
+	id := events.KeyedOrderID(7, token)
+	ev := events.NewEvent(events.OrderCreatedType, events.KindCreated, id, at, events.OrderCreated{OrderID: id, Tenant: "t", CustomerID: "c",
+		Currency: "EUR", Items: cmd.Request.Items, Total: 10, IdempotencyKeyHash: key, RequestFingerprint: "fp", AcceptedAt: at, CreatedAt: at})
+	data, _ := json.Marshal(ev)
+	keys.follow(token, data)
+	select {
+	case r := <-c:
+		if !r.Completed() || r.OrderID != id || r.Status != 201 || !r.Stored.Equal(at) {
+			t.Fatalf("answer %+v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken by the keyed event")
+	}
+	if r, ok := h.CachedResult(key); !ok || r.OrderID != id {
+		t.Fatalf("cached: %+v %v", r, ok)
+	}
+	if h.KnownNew(key) {
+		t.Fatal("the key of a followed keyed event is called new")
+	}
+	keys.mu.Lock()
+	keys.down = errors.New("missed heartbeats")
+	keys.mu.Unlock()
+	if h.Live() == nil || h.KnownNew(idempotency.KeyHash("t", "other")) {
+		t.Fatal("live, or a key called new, while the keyed feed is down")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +19,10 @@ type Events struct {
 	js     jetstream.JetStream
 	pub    Publisher
 	stream jetstream.Stream
+	// newest caches NewestKeyClaim: when it looked, and what it found.
+	newestMu                sync.Mutex
+	newestChecked, newestAt time.Time
+	newestOK                bool
 }
 
 // OpenEvents binds to the stream, which must exist (Topology.Ensure). Appends
@@ -30,29 +35,37 @@ func OpenEvents(ctx context.Context, js jetstream.JetStream, pub Publisher) (*Ev
 	return &Events{js: js, pub: pub, stream: s}, nil
 }
 
-// Append stores data as the event of kind k about orderID (either form of
-// order ID: a keyed one's event goes on its keyed subject), with Nats-Msg-Id =
-// its event ID and an expected last sequence of 0 on all subjects of the
-// order. A refusal because the order already has an event means the work is
-// done: Append returns nil, with stored false (the order's event is the one
-// stored before, which Event reads).
+// Append stores data as the event of kind k about orderID, with Nats-Msg-Id =
+// its event ID, if the event is the first under its condition: for an order
+// ID with a nonce, the first of the order (an expected last sequence of 0 on
+// all subjects of the order); for a keyed order ID (ADR 0010), the first of
+// its idempotency key (on every keyed subject of the key), which makes the
+// event the key's claim. A refusal means that another event came first:
+// Append returns nil, with stored false; Event reads the order's event, and
+// KeyEvent the key's.
 func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data []byte) (stored bool, err error) {
-	filter, ok := events.OrderFilter(orderID)
-	if !ok {
-		return false, fmt.Errorf("append event: invalid order ID %q", orderID)
+	q := AppendRequest{Kind: k, OrderID: orderID, Data: data}
+	e.claimingKeys([]AppendRequest{q})
+	msg, err := appendMsg(ctx, q)
+	if err != nil {
+		return false, err
 	}
-	return e.publish(ctx, events.EventSubject(k, orderID), events.EventID(k, orderID), 0, filter, data)
+	return appended(e.pub.PublishMsg(ctx, msg))
 }
 
 // AppendRequest is one event of AppendAll: Append(Ctx, Kind, OrderID, Data),
 // Ctx carrying the trace of the message the event is about (nil: the
-// call's). It and AppendOutcome are aliases of unnamed struct types, the same
-// types as the processor's (see ClaimRequest).
+// call's). For a keyed order, After is the sequence of the key's last keyed
+// event that the claim replaces (0: the key has none; a key whose last event
+// is older than the result TTL is free again). It and AppendOutcome are
+// aliases of unnamed struct types, the same types as the processor's (see
+// ClaimRequest).
 type AppendRequest = struct {
 	Ctx     context.Context
 	Kind    events.Kind
 	OrderID string
 	Data    []byte
+	After   uint64
 }
 
 // AppendOutcome is the outcome of one event of AppendAll: what Append returns.
@@ -64,20 +77,17 @@ type AppendOutcome = struct {
 // AppendAll stores the events at once, each as Append does: their publishes
 // go out together and are waited for once.
 func (e *Events) AppendAll(ctx context.Context, reqs []AppendRequest) []AppendOutcome {
+	e.claimingKeys(reqs)
 	res := make([]AppendOutcome, len(reqs))
 	msgs := make([]*nats.Msg, 0, len(reqs))
 	sent := make([]int, 0, len(reqs))
 	for i, q := range reqs {
-		filter, ok := events.OrderFilter(q.OrderID)
-		if !ok {
-			res[i].Err = fmt.Errorf("append event: invalid order ID %q", q.OrderID)
+		msg, err := appendMsg(ctx, q)
+		if err != nil {
+			res[i].Err = err
 			continue
 		}
-		qctx := q.Ctx
-		if qctx == nil {
-			qctx = ctx
-		}
-		msgs = append(msgs, eventMsg(qctx, events.EventSubject(q.Kind, q.OrderID), events.EventID(q.Kind, q.OrderID), 0, filter, q.Data))
+		msgs = append(msgs, msg)
 		sent = append(sent, i)
 	}
 	for j, p := range PublishAll(ctx, e.pub, msgs) {
@@ -86,11 +96,22 @@ func (e *Events) AppendAll(ctx context.Context, reqs []AppendRequest) []AppendOu
 	return res
 }
 
-// publish stores data on subject with message ID id if the last message under
-// filter is at sequence after; stored is false when it is not, or when the
-// same message was stored just before (a duplicate).
-func (e *Events) publish(ctx context.Context, subject, id string, after uint64, filter string, data []byte) (stored bool, err error) {
-	return appended(e.pub.PublishMsg(ctx, eventMsg(ctx, subject, id, after, filter, data)))
+// appendMsg is the message of an append, with its condition (see Append),
+// the trace of q.Ctx (or of ctx).
+func appendMsg(ctx context.Context, q AppendRequest) (*nats.Msg, error) {
+	filter, ok := events.OrderFilter(q.OrderID)
+	if _, token, keyed := events.ParseKeyedOrderID(q.OrderID); keyed {
+		filter = events.KeySubjects(token)
+	} else if q.After != 0 {
+		ok = false // only a key's claim replaces an event
+	}
+	if !ok {
+		return nil, fmt.Errorf("append event: invalid order ID %q or condition", q.OrderID)
+	}
+	if q.Ctx != nil {
+		ctx = q.Ctx
+	}
+	return eventMsg(ctx, events.EventSubject(q.Kind, q.OrderID), events.EventID(q.Kind, q.OrderID), q.After, filter, q.Data), nil
 }
 
 // eventMsg is the event data on subject with message ID id, expecting the
@@ -149,31 +170,16 @@ func (e *Events) FollowDecisions(ctx context.Context, f func(orderID string)) (s
 }
 
 // KeyEvent is the last keyed event of an idempotency key (ADR 0010).
-type KeyEvent struct {
-	// Data is the event as stored.
-	Data []byte
-	// Subject is its keyed subject.
+// Data is the event as stored; Subject its keyed subject; Seq its sequence in
+// ORDER_EVENTS, the expected last sequence of a claim that replaces it (a key
+// free again after the result TTL); Stored when the server stored it. An
+// alias of an unnamed struct type, the same as the processor's (see
+// ClaimRequest).
+type KeyEvent = struct {
+	Data    []byte
 	Subject string
-	// Seq is its sequence in ORDER_EVENTS: the expected last sequence of a
-	// claim that replaces it (a key free again after the result TTL).
-	Seq uint64
-	// Stored is when the server stored it.
-	Stored time.Time
-}
-
-// ClaimKey stores data as the keyed event of kind k about the order whose
-// command is stored at seq, only if the last keyed event of keyHash is at
-// sequence after (0: the key has none): the key's claim and the order's event
-// in one write (ADR 0010, step 1; nothing calls it yet). stored is false when
-// another event of the key came first: KeyEvent reads it. Through a Batcher
-// it is safe too: two claims of one key never share an atomic batch (see
-// oneConditionEach).
-func (e *Events) ClaimKey(ctx context.Context, k events.Kind, keyHash string, seq uint64, data []byte, after uint64) (stored bool, err error) {
-	token, ok := events.KeyToken(keyHash)
-	if !ok {
-		return false, fmt.Errorf("claim key: invalid key hash %q", keyHash)
-	}
-	return e.publish(ctx, events.KeyedEventSubject(k, token, seq), events.EventID(k, events.KeyedOrderID(seq, token)), after, events.KeySubjects(token), data)
+	Seq     uint64
+	Stored  time.Time
 }
 
 // KeyEvent reads the last keyed event of keyHash; ok is false when the key
@@ -191,6 +197,80 @@ func (e *Events) KeyEvent(ctx context.Context, keyHash string) (ev KeyEvent, ok 
 		return KeyEvent{}, false, storeErr(err)
 	}
 	return KeyEvent{Data: m.Data, Subject: m.Subject, Seq: m.Sequence, Stored: m.Time}, true, nil
+}
+
+// claimingKeys makes NewestKeyClaim say now when reqs hold a keyed event:
+// this process stores one.
+func (e *Events) claimingKeys(reqs []AppendRequest) {
+	for _, q := range reqs {
+		if _, _, keyed := events.ParseKeyedOrderID(q.OrderID); keyed {
+			e.newestMu.Lock()
+			e.newestChecked, e.newestAt, e.newestOK = time.Now(), time.Now(), true
+			e.newestMu.Unlock()
+			return
+		}
+	}
+}
+
+// NewestKeyClaim is when the newest keyed event (ADR 0010) was stored; ok is
+// false when there is none. It looks at most once a second (one read of the
+// last message of the keyed subjects), counts the keyed events this process
+// stores, and answers now on an error, so that callers read the keys
+// themselves.
+func (e *Events) NewestKeyClaim(ctx context.Context) (at time.Time, ok bool) {
+	e.newestMu.Lock()
+	defer e.newestMu.Unlock()
+	now := time.Now()
+	if now.Sub(e.newestChecked) < time.Second {
+		return e.newestAt, e.newestOK
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	m, err := e.stream.GetLastMsgForSubject(ctx, events.KeyedEventSubjects)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		e.newestAt, e.newestOK = time.Time{}, false
+	case err != nil:
+		return now, true // not cached: the next call looks again
+	default:
+		e.newestAt, e.newestOK = m.Time, true
+	}
+	e.newestChecked = now
+	return e.newestAt, e.newestOK
+}
+
+// FollowKeys calls f with the key token and the data of every keyed event
+// (ADR 0010) stored after it returns, from one goroutine, until stop: the
+// feed that answers the requests waiting for a keyed order's key, as
+// Results.Watch does for the bucket's records (an ordered consumer, see
+// there).
+func (e *Events) FollowKeys(ctx context.Context, f func(token string, data []byte)) (stop func(), live func() error, err error) {
+	return follow(ctx, e.js, events.EventStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.KeyedEventSubjects}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	}, func(m jetstream.Msg) {
+		if token, ok := events.KeyTokenOfSubject(m.Subject()); ok {
+			f(token, m.Data())
+		}
+	})
+}
+
+// KeyTokens calls f, from one goroutine, with the key token of every keyed
+// event stored since since and the time it was stored, then returns: one
+// headers-only ordered consumer from that time, read until nothing is
+// pending (see Results.Keys).
+func (e *Events) KeyTokens(ctx context.Context, since time.Time, f func(token string, at time.Time)) error {
+	err := readAll(ctx, e.js, events.EventStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.KeyedEventSubjects}, DeliverPolicy: jetstream.DeliverByStartTimePolicy,
+		OptStartTime: &since, HeadersOnly: true,
+	}, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+		if token, ok := events.KeyTokenOfSubject(m.Subject()); ok {
+			f(token, md.Timestamp)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("keys of %s: %w", events.EventStream, err)
+	}
+	return nil
 }
 
 // Each calls f with every stored event, oldest first, through an ordered

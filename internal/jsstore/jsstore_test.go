@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -285,8 +286,9 @@ func TestConnectGivesUpWithTheContext(t *testing.T) {
 	}
 }
 
-// TestKeyClaims: the keyed events of ADR 0010 (step 1). The first event of a
-// key is stored; another order's event expecting the key to have none is not;
+// TestKeyClaims: the keyed events of ADR 0010. The event of a keyed order is
+// its key's claim: the first event of a key is stored; another order's event
+// expecting the key to have none is not;
 // KeyEvent reads the holder, by whose sequence a key free again (after the
 // result TTL) can be claimed by a newer order; a keyed order ID reads its own
 // event and is followed as a decision; hashes that are not keys never become
@@ -297,18 +299,26 @@ func TestKeyClaims(t *testing.T) {
 	e, decided := followedEvents(t)
 	keyA, keyB := idempotency.KeyHash("t", "a"), idempotency.KeyHash("t", "b")
 	tokenA, _ := events.KeyToken(keyA)
+	tokenB, _ := events.KeyToken(keyB)
+	claim := func(k events.Kind, token string, seq uint64, data string, after uint64) (bool, error) {
+		if after == 0 && seq%2 == 1 { // Append and AppendAll make the same claim
+			return e.Append(ctx, k, events.KeyedOrderID(seq, token), []byte(data))
+		}
+		o := e.AppendAll(ctx, []jsstore.AppendRequest{{Kind: k, OrderID: events.KeyedOrderID(seq, token), Data: []byte(data), After: after}})[0]
+		return o.Stored, o.Err
+	}
 	if _, ok, err := e.KeyEvent(ctx, keyA); ok || err != nil {
 		t.Fatalf("key event before: %v %v", ok, err)
 	}
-	if stored, err := e.ClaimKey(ctx, events.KindCreated, keyA, 1, []byte(`{"order":1}`), 0); err != nil || !stored {
+	if stored, err := claim(events.KindCreated, tokenA, 1, `{"order":1}`, 0); err != nil || !stored {
 		t.Fatalf("first claim: %v %v", stored, err)
 	}
 	for _, k := range []events.Kind{events.KindCreated, events.KindRejected} {
-		if stored, err := e.ClaimKey(ctx, k, keyA, 2, []byte(`{"order":2}`), 0); err != nil || stored {
+		if stored, err := claim(k, tokenA, 2, `{"order":2}`, 0); err != nil || stored {
 			t.Fatalf("second order's %s claim: %v %v, want refused", k, stored, err)
 		}
 	}
-	if stored, err := e.ClaimKey(ctx, events.KindCreated, keyB, 3, []byte(`{"order":3}`), 0); err != nil || !stored {
+	if stored, err := claim(events.KindCreated, tokenB, 3, `{"order":3}`, 0); err != nil || !stored {
 		t.Fatalf("another key's claim: %v %v", stored, err)
 	}
 	holder, ok, err := e.KeyEvent(ctx, keyA)
@@ -316,10 +326,10 @@ func TestKeyClaims(t *testing.T) {
 		t.Fatalf("key event: %+v %v %v", holder, ok, err)
 	}
 	// Free again: a newer order claims the key by the holder's sequence, once.
-	if stored, err := e.ClaimKey(ctx, events.KindCreated, keyA, 4, []byte(`{"order":4}`), holder.Seq); err != nil || !stored {
+	if stored, err := claim(events.KindCreated, tokenA, 4, `{"order":4}`, holder.Seq); err != nil || !stored {
 		t.Fatalf("claim after the holder: %v %v", stored, err)
 	}
-	if stored, err := e.ClaimKey(ctx, events.KindCreated, keyA, 5, []byte(`{"order":5}`), holder.Seq); err != nil || stored {
+	if stored, err := claim(events.KindCreated, tokenA, 5, `{"order":5}`, holder.Seq); err != nil || stored {
 		t.Fatalf("a second claim after the same holder: %v %v, want refused", stored, err)
 	}
 	if now, _, _ := e.KeyEvent(ctx, keyA); string(now.Data) != `{"order":4}` {
@@ -344,11 +354,70 @@ func TestKeyClaims(t *testing.T) {
 		t.Fatal("the keyed decision was not followed")
 	}
 	for _, bad := range []string{"", "short", strings.Repeat("a", 19) + ".*", strings.Repeat(">", 43)} {
-		if _, err := e.ClaimKey(ctx, events.KindCreated, bad, 9, []byte("{}"), 0); err == nil {
-			t.Fatalf("claim of key %q succeeded", bad)
-		}
 		if _, ok, err := e.KeyEvent(ctx, bad); ok || err != nil {
 			t.Fatalf("key event of %q: %v %v", bad, ok, err)
 		}
+	}
+	// Order IDs that are neither form, and a replacing condition on an
+	// order of the nonce form, are refused before anything is sent.
+	for _, q := range []jsstore.AppendRequest{
+		{Kind: events.KindCreated, OrderID: "ord_>", Data: []byte("{}")},
+		{Kind: events.KindCreated, OrderID: events.KeyedOrderID(9, tokenA) + ".x", Data: []byte("{}")},
+		{Kind: events.KindCreated, OrderID: events.OrderID(9, "N0NCE0000000A"), Data: []byte("{}"), After: 1},
+	} {
+		if o := e.AppendAll(ctx, []jsstore.AppendRequest{q})[0]; o.Err == nil || o.Stored {
+			t.Fatalf("append %+v: %+v, want refused", q, o)
+		}
+	}
+}
+
+// TestKeyFeeds: FollowKeys delivers each keyed event stored after it
+// returns, with its key's token and data, and no event of the nonce form;
+// KeyTokens reads the tokens of the keyed events stored since a time.
+func TestKeyFeeds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, _ := followedEvents(t)
+	followed := make(chan string, 10)
+	stop, live, err := e.FollowKeys(ctx, func(token string, data []byte) { followed <- token + " " + string(data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	before := time.Now()
+	tokenA, _ := events.KeyToken(idempotency.KeyHash("t", "a"))
+	tokenB, _ := events.KeyToken(idempotency.KeyHash("t", "b"))
+	for i, id := range []string{events.KeyedOrderID(1, tokenA), events.OrderID(2, "N0NCE0000000A"), events.KeyedOrderID(3, tokenB)} {
+		if stored, err := e.Append(ctx, events.KindCreated, id, []byte(strconv.Itoa(i))); err != nil || !stored {
+			t.Fatalf("append %s: %v %v", id, stored, err)
+		}
+	}
+	for _, want := range []string{tokenA + " 0", tokenB + " 2"} {
+		select {
+		case got := <-followed:
+			if got != want {
+				t.Fatalf("followed %q, want %q", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q not followed", want)
+		}
+	}
+	if err := live(); err != nil {
+		t.Fatal(err)
+	}
+	var tokens []string
+	if err := e.KeyTokens(ctx, before.Add(-time.Second), func(token string, at time.Time) {
+		if at.Before(before.Add(-time.Second)) {
+			t.Errorf("token %s stored at %s", token, at)
+		}
+		tokens = append(tokens, token)
+	}); err != nil || len(tokens) != 2 || tokens[0] != tokenA || tokens[1] != tokenB {
+		t.Fatalf("tokens since before: %v %v", tokens, err)
+	}
+	if err := e.KeyTokens(ctx, time.Now().Add(time.Minute), func(token string, _ time.Time) { t.Errorf("token %s from the future", token) }); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := e.NewestKeyClaim(ctx); !ok || at.Before(before.Add(-time.Second)) {
+		t.Fatalf("newest key claim: %s %v", at, ok)
 	}
 }

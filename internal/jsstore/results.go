@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,10 +18,15 @@ import (
 // Results is the ORDER_RESULTS bucket: hashed key -> idempotency.Record. It is
 // safe for concurrent use.
 type Results struct {
-	js  jetstream.JetStream
-	pub Publisher
-	kv  jetstream.KeyValue
-	ttl time.Duration
+	js     jetstream.JetStream
+	pub    Publisher
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	ttl    time.Duration
+	// emptyAt is when the bucket last held no message; checkedAt when it was
+	// last looked at; wroteAt when this process last wrote to it
+	// (MayHoldRecords).
+	emptyAt, checkedAt, wroteAt atomic.Int64
 }
 
 // resultsSubject prefixes the subjects of the bucket's values.
@@ -37,7 +43,11 @@ func OpenResults(ctx context.Context, js jetstream.JetStream, pub Publisher) (*R
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
 	}
-	return &Results{js: js, pub: pub, kv: kv, ttl: st.TTL()}, nil
+	stream, err := js.Stream(ctx, ResultsStream)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", events.ResultsBucket, err)
+	}
+	return &Results{js: js, pub: pub, kv: kv, stream: stream, ttl: st.TTL()}, nil
 }
 
 // TTL is the bucket's time to live: how long a record answers retries.
@@ -72,6 +82,7 @@ func decodeEntry(e jetstream.KeyValueEntry) (idempotency.Record, bool, error) {
 // Create does, without the extra read nats.go's Create makes on a conflict);
 // a conflict costs one read of the holder.
 func (r *Results) Claim(ctx context.Context, key string, claim idempotency.Record) (existing idempotency.Record, won bool, err error) {
+	r.writing()
 	_, err = r.pub.PublishMsg(ctx, claimMsg(key, claim))
 	return r.claimed(ctx, key, claim, err)
 }
@@ -96,6 +107,7 @@ type ClaimOutcome = struct {
 // out together and are waited for once; a conflict costs a read of its
 // holder, as in Claim. Two claims of one key: the first stored wins.
 func (r *Results) ClaimAll(ctx context.Context, reqs []ClaimRequest) []ClaimOutcome {
+	r.writing()
 	msgs := make([]*nats.Msg, len(reqs))
 	for i, q := range reqs {
 		msgs[i] = claimMsg(q.Key, q.Record)
@@ -142,6 +154,7 @@ func (r *Results) claimed(ctx context.Context, key string, claim idempotency.Rec
 
 // Save writes rec under key. Writing the same value again is harmless.
 func (r *Results) Save(ctx context.Context, key string, rec idempotency.Record) error {
+	r.writing()
 	_, err := r.pub.PublishMsg(ctx, &nats.Msg{Subject: resultsSubject + key, Data: rec.Encode()})
 	return err
 }
@@ -213,40 +226,85 @@ func (r *Results) Watch(ctx context.Context, f func(key string, rec idempotency.
 // the time it was written, then returns: one headers-only ordered consumer
 // that delivers the last message of each key, read until nothing is pending.
 func (r *Results) Keys(ctx context.Context, f func(key string, at time.Time)) error {
-	cons, err := r.js.OrderedConsumer(ctx, ResultsStream, jetstream.OrderedConsumerConfig{
+	err := readAll(ctx, r.js, ResultsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{resultsSubject + ">"}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy, HeadersOnly: true,
+	}, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+		if m.Headers().Get(kvOperationHeader) == "" { // not a delete or purge marker
+			f(strings.TrimPrefix(m.Subject(), resultsSubject), md.Timestamp)
+		}
 	})
 	if err != nil {
-		return fmt.Errorf("keys of %s: %w", events.ResultsBucket, storeErr(err))
+		return fmt.Errorf("keys of %s: %w", events.ResultsBucket, err)
+	}
+	return nil
+}
+
+// readAll reads stream through an ordered consumer of cfg, calling f from
+// one goroutine with each message, until nothing is pending (from the
+// moment it starts). Errors are *StoreError when NATS made them.
+func readAll(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, f func(jetstream.Msg, *jetstream.MsgMetadata)) error {
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return storeErr(err)
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("keys of %s: %w", events.ResultsBucket, storeErr(err))
+		return storeErr(err)
 	}
 	if info.NumPending == 0 {
 		return nil
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
 	if err != nil {
-		return fmt.Errorf("keys of %s: %w", events.ResultsBucket, storeErr(err))
+		return storeErr(err)
 	}
 	defer it.Stop()
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
-			return fmt.Errorf("keys of %s: %w", events.ResultsBucket, storeErr(err))
+			return storeErr(err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return fmt.Errorf("keys of %s: %w", events.ResultsBucket, err)
+			return err
 		}
-		if m.Headers().Get(kvOperationHeader) == "" { // not a delete or purge marker
-			f(strings.TrimPrefix(m.Subject(), resultsSubject), md.Timestamp)
-		}
+		f(m, md)
 		if md.NumPending == 0 {
 			return nil
 		}
 	}
+}
+
+// writing notes that this process writes to the bucket (see MayHoldRecords).
+func (r *Results) writing() { r.wroteAt.Store(time.Now().UnixNano()) }
+
+// MayHoldRecords reports whether the bucket may hold a record: false only
+// when it held no message at its last look, at most a second ago, and this
+// process has written nothing to it for longer than the result TTL (every
+// record expired, as once every order is keyed for longer than that). A keyed order skips
+// the read of its key's record then (ADR 0010). Another process may write a
+// record within that second; ADR 0010 says why that is covered.
+func (r *Results) MayHoldRecords(ctx context.Context) bool {
+	now := time.Now().UnixNano()
+	if now-r.wroteAt.Load() < int64(r.ttl+time.Minute) {
+		return true // what this process wrote may be there still
+	}
+	if seen := r.emptyAt.Load(); seen != 0 && now-seen < int64(time.Second) {
+		return false
+	}
+	if checked := r.checkedAt.Load(); now-checked < int64(time.Second) {
+		return true
+	}
+	r.checkedAt.Store(now)
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := r.stream.Info(ctx)
+	if err != nil || info.State.Msgs > 0 {
+		r.emptyAt.Store(0)
+		return true
+	}
+	r.emptyAt.Store(now)
+	return now-r.wroteAt.Load() < int64(r.ttl+time.Minute) // a write since the look
 }
 
 // kvOperationHeader marks the delete and purge markers of a bucket.

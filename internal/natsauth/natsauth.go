@@ -147,7 +147,7 @@ func Of(user string) (p Permissions, ok bool) {
 		p = common(Processor)
 		add(&p, []string{events.EventSubjects, resultsSubjects, events.DeadLetterSubjects},
 			streamInfo(events.CommandStream, events.EventStream, jsstore.ResultsStream, events.DeadLetterStream),
-			read(jsstore.ResultsStream), consume(events.CommandStream, jsstore.ProcessorConsumer))
+			read(jsstore.ResultsStream), read(events.EventStream), consume(events.CommandStream, jsstore.ProcessorConsumer))
 	case Projector:
 		p = common(Projector)
 		add(&p, []string{resultsSubjects}, streamInfo(events.EventStream, jsstore.ResultsStream),

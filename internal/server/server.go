@@ -586,12 +586,14 @@ func (s *Server) publisher(js jetstream.JetStream, level jsstore.Level) jsstore.
 }
 
 // The stores are the processor's batch ports (their request and outcome types
-// are declared alike on both sides); were they to drift apart, the processor
-// would fall back to one write per command without a word, so the build
-// checks it.
+// are declared alike on both sides) and give its hints; were they to drift
+// apart, the processor would fall back to one write per command, or read
+// what it need not, without a word, so the build checks it.
 var (
-	_ processor.BatchClaims = (*jsstore.Results)(nil)
-	_ processor.BatchEvents = (*jsstore.Events)(nil)
+	_ processor.BatchClaims   = (*jsstore.Results)(nil)
+	_ processor.BatchEvents   = (*jsstore.Events)(nil)
+	_ processor.RecordsHint   = (*jsstore.Results)(nil)
+	_ processor.KeyClaimsHint = (*jsstore.Events)(nil)
 )
 
 func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) error {
@@ -603,7 +605,7 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 	if err != nil {
 		return err
 	}
-	h, err := processor.New(processor.Config{Hooks: s.cfg.ProcessorHooks}, processor.Deps{Claims: claims, Events: evs}, s.registry, s.logger)
+	h, err := processor.New(processor.Config{Hooks: s.cfg.ProcessorHooks, ResultTTL: claims.TTL()}, processor.Deps{Claims: claims, Events: evs}, s.registry, s.logger)
 	if err != nil {
 		return err
 	}
@@ -678,6 +680,7 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 	}
 	hcfg := s.cfg.Hub
 	hcfg.ResultTTL = results.TTL()
+	hcfg.Keys = evs
 	h, err := hub.New(hcfg, results, evs, s.registry, s.logger)
 	if err != nil {
 		return err
@@ -693,7 +696,7 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 		cache = keysAlwaysNew{h}
 	}
 	svc, err := app.NewService(acfg, app.Deps{
-		Results: results, Cache: cache, Watcher: h, Commands: commands, Orders: projections.NewOrders(evs),
+		Results: keyAnswers{bucket: results, events: evs, ttl: results.TTL(), now: time.Now}, Cache: cache, Watcher: h, Commands: commands, Orders: projections.NewOrders(evs),
 	}, s.logger)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -313,41 +314,48 @@ func TestOneKeyTwiceInOneBatch(t *testing.T) {
 	}
 }
 
-// TestKeyedOrders: with keyed order IDs (ADR 0010, step 2) the API names
-// each order ord_<seq><key token> and its event is stored on the keyed
-// subject; a second command of the key (here one that reached the stream past
-// the broker's window while the processor was held) loses the key, stores no
-// event, and a read of its ID answers 303 to the holder.
+// TestKeyedOrders: with keyed order IDs (ADR 0010) the API names each order
+// ord_<seq><key token>, and the order's event, stored on the keyed subject,
+// is its key's claim: nothing is written to ORDER_RESULTS for it, and the
+// API answers (201 at once, replays, reads) from the event. A second command
+// of the key (here one that reached the stream past the broker's window
+// while the processor was held) loses the key, stores no event, and a read
+// of its ID answers 303 to the holder. A key answered by an order of the
+// nonce form before the switch is lost by a keyed command as well.
 func TestKeyedOrders(t *testing.T) {
 	t.Parallel()
 	cfg := orderlytest.Config(t)
-	cfg.Roles = server.Roles{API: true} // no processor until both commands are stored
+	cfg.Roles = server.Roles{API: true} // no processor until the commands are stored
 	cfg.App.KeyedOrderIDs = true
 	inst := orderlytest.Start(t, cfg)
 	js := inst.JetStream(t)
-	const key = "keyed-1"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const key, legacy = "keyed-1", "legacy-1"
 	hash := idempotency.KeyHash(api.DefaultTenant, key)
 	token, _ := events.KeyToken(hash)
+	body := orderlytest.Order("c-1")
+	publishKeyed := func(key, msgID string) string {
+		cmd := events.CreateOrder{Type: events.CreateOrderType, IDForm: events.IDFormKeyed, Tenant: api.DefaultTenant,
+			KeyHash: idempotency.KeyHash(api.DefaultTenant, key), Fingerprint: idempotency.Fingerprint(decode(t, body)), AcceptedAt: time.Now(), Request: decode(t, body)}
+		data, _ := json.Marshal(cmd)
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.CommandSubject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{msgID}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := cmd.OrderIDAt(ack.Sequence)
+		return id
+	}
 
-	accepted := inst.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: respond-async")
+	accepted := inst.PostOrder(t, key, body, "Prefer: respond-async")
 	loc := accepted.Header.Get("Location")
 	id := strings.TrimPrefix(loc, "/v1/orders/")
 	seq, tok, ok := events.ParseKeyedOrderID(id)
 	if accepted.Status != http.StatusAccepted || !ok || tok != token {
 		t.Fatalf("accepted: %d %s at %q, want a keyed order ID", accepted.Status, accepted.Body, loc)
 	}
-	// The second command: the same key, its own message ID, keyed.
-	body := orderlytest.Order("c-1")
-	cmd := events.CreateOrder{Type: events.CreateOrderType, IDForm: events.IDFormKeyed, Tenant: api.DefaultTenant,
-		KeyHash: hash, Fingerprint: idempotency.Fingerprint(decode(t, body)), AcceptedAt: time.Now(), Request: decode(t, body)}
-	data, _ := json.Marshal(cmd)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.CommandSubject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{"past-the-window"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	loser := events.KeyedOrderID(ack.Sequence, token)
+	loser := publishKeyed(key, "past-the-window") // the same key, its own message ID
+	legacyID := publishCommandWithID(t, js, legacy, idempotency.Fingerprint(decode(t, body)), body, "legacy-nonce")
 
 	pcfg := orderlytest.Config(t)
 	pcfg.Roles = server.Roles{Processor: true}
@@ -355,80 +363,128 @@ func TestKeyedOrders(t *testing.T) {
 	proc := orderlytest.Start(t, pcfg)
 
 	var created orderlytest.Response
-	orderlytest.Eventually(t, 10*time.Second, "the order", func() bool {
+	orderlytest.Eventually(t, 10*time.Second, "the orders", func() bool {
 		created = orderlytest.Do(t, http.MethodGet, inst.URL+loc, nil)
-		return created.JSON(t)["status"] == "created"
+		return created.JSON(t)["status"] == "created" &&
+			orderlytest.Do(t, http.MethodGet, inst.URL+"/v1/orders/"+legacyID, nil).JSON(t)["status"] == "created"
 	})
 	if got := created.JSON(t)["id"]; got != id {
 		t.Fatalf("order %v, want %s", got, id)
 	}
-	// The loser's ID: 303 to the holder, whose order a client that follows it reads.
+	// The order of the nonce form answers for its key: a keyed command of
+	// the key, decided after it, loses to it.
+	legacyLoser := publishKeyed(legacy, "legacy-keyed")
+
+	// The losers' IDs: 303 to the holder, whose order a client that follows it reads.
 	noFollow := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for path, want := range map[string]string{"": loc, "/events": loc + "/events"} {
-		resp, err := noFollow.Get(inst.URL + "/v1/orders/" + loser + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != want || !strings.Contains(string(b), `"code":"order_superseded"`) {
-			t.Fatalf("GET the loser%s: %d at %q %s, want 303 to %s", path, resp.StatusCode, resp.Header.Get("Location"), b, want)
+	for _, c := range []struct{ id, path, want string }{
+		{loser, "", loc}, {loser, "/events", loc + "/events"}, {legacyLoser, "", "/v1/orders/" + legacyID},
+	} {
+		var resp *http.Response
+		var b []byte
+		orderlytest.Eventually(t, 10*time.Second, "the 303 of "+c.id, func() bool {
+			r, err := noFollow.Get(inst.URL + "/v1/orders/" + c.id + c.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp = r
+			b, _ = io.ReadAll(r.Body)
+			r.Body.Close()
+			return r.StatusCode == http.StatusSeeOther
+		})
+		if resp.Header.Get("Location") != c.want || !strings.Contains(string(b), `"code":"order_superseded"`) {
+			t.Fatalf("GET %s%s: %d at %q %s, want 303 to %s", c.id, c.path, resp.StatusCode, resp.Header.Get("Location"), b, c.want)
 		}
 	}
 	if followed := orderlytest.Do(t, http.MethodGet, inst.URL+"/v1/orders/"+loser, nil); followed.Status != http.StatusOK || !bytes.Equal(followed.Body, created.Body) {
 		t.Fatalf("following the 303: %d %s, want %s", followed.Status, followed.Body, created.Body)
 	}
-	// One event in all, on the keyed subject of the winner.
-	s, err := js.Stream(ctx, events.EventStream)
-	if err != nil {
-		t.Fatal(err)
+	// A new key, synchronously: 201 at once from the keyed event, replayed
+	// byte for byte; so is a rejection.
+	for _, c := range []struct {
+		key    string
+		body   []byte
+		status int
+	}{
+		{"keyed-sync", orderlytest.Order("c-2"), http.StatusCreated},
+		{"keyed-rejected", []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":2}`), http.StatusUnprocessableEntity},
+	} {
+		first := inst.PostOrder(t, c.key, c.body)
+		_, _, keyed := events.ParseKeyedOrderID(strings.TrimPrefix(first.Header.Get("Location"), "/v1/orders/"))
+		if first.Status != c.status || !keyed {
+			t.Fatalf("%s: %d at %q %s", c.key, first.Status, first.Header.Get("Location"), first.Body)
+		}
+		again := inst.PostOrder(t, c.key, c.body)
+		if again.Status != c.status || again.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Location") != first.Header.Get("Location") {
+			t.Fatalf("%s replayed: %d %v %s, want %s", c.key, again.Status, again.Header, again.Body, first.Body)
+		}
 	}
-	if evs := orderlytest.Events(t, js); len(evs) != 1 || evs[0].Type != events.OrderCreatedType {
-		t.Fatalf("events %+v, want one OrderCreated", evs)
-	}
-	if m, err := s.GetLastMsgForSubject(ctx, events.KeySubjects(token)); err != nil || m.Subject != events.KeyedEventSubject(events.KindCreated, token, seq) {
-		t.Fatalf("the key's event: %v %v", m, err)
-	}
-	// A retry replays the winner; the processor counted the loser.
+	// A retry of the first key replays its order.
 	if again := inst.PostOrder(t, key, body); again.Status != http.StatusCreated || again.Header.Get("Location") != loc || !bytes.Equal(again.Body, created.Body) {
 		t.Fatalf("retry: %d %v %s", again.Status, again.Header, again.Body)
 	}
-	if metrics := string(orderlytest.Do(t, http.MethodGet, proc.URL+"/metrics", nil).Body); !strings.Contains(metrics, `orderly_commands_decided_total{kind="none"} 1`) {
-		t.Fatalf("metrics: no loser counted")
+	// Stored: one event per key, the keyed ones on their keyed subjects, and
+	// in ORDER_RESULTS the record of the order of the nonce form alone.
+	es, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := es.GetLastMsgForSubject(ctx, events.KeySubjects(token)); err != nil || m.Subject != events.KeyedEventSubject(events.KindCreated, token, seq) {
+		t.Fatalf("the key's event: %v %v", m, err)
+	}
+	if evs := orderlytest.Events(t, js); len(evs) != 4 {
+		t.Fatalf("%d events, want 4 (one per key)", len(evs))
+	}
+	rs, err := js.Stream(ctx, jsstore.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := rs.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("ORDER_RESULTS: %+v %v, want the one record of the order of the nonce form", info.State, err)
+	}
+	if metrics := string(orderlytest.Do(t, http.MethodGet, proc.URL+"/metrics", nil).Body); !strings.Contains(metrics, `orderly_commands_decided_total{kind="none"} 2`) {
+		t.Fatalf("metrics: the two losers not counted")
 	}
 }
 
 // TestSameKeyAfterResultTTL: once the result has expired the key is free and
-// makes a new order.
+// makes a new order, with either form of order ID (a keyed order's claim
+// then replaces the expired holder's, ADR 0010).
 func TestSameKeyAfterResultTTL(t *testing.T) {
 	t.Parallel()
-	cfg := orderlytest.Config(t)
-	cfg.Topology.DedupWindow = time.Second
-	cfg.Topology.ResultTTL = 2 * time.Second
-	inst := orderlytest.Start(t, cfg)
-	js := inst.JetStream(t)
+	for _, keyed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keyed=%v", keyed), func(t *testing.T) {
+			t.Parallel()
+			cfg := orderlytest.Config(t)
+			cfg.Topology.DedupWindow = time.Second
+			cfg.Topology.ResultTTL = 2 * time.Second
+			cfg.App.KeyedOrderIDs = keyed
+			inst := orderlytest.Start(t, cfg)
+			js := inst.JetStream(t)
 
-	first := inst.PostOrder(t, "ttl-1", orderlytest.Order("c-1"))
-	if first.Status != http.StatusCreated {
-		t.Fatalf("first: %d %s", first.Status, first.Body)
-	}
-	kv, err := js.KeyValue(context.Background(), events.ResultsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	orderlytest.Eventually(t, 15*time.Second, "the result to expire", func() bool {
-		_, err := kv.Get(context.Background(), idempotency.KeyHash(api.DefaultTenant, "ttl-1"))
-		return err != nil
-	})
-	second := inst.PostOrder(t, "ttl-1", orderlytest.Order("c-1"))
-	if second.Status != http.StatusCreated || second.Header.Get("Idempotent-Replayed") != "" {
-		t.Fatalf("after the TTL: %d %v %s, want a new 201", second.Status, second.Header, second.Body)
-	}
-	if second.JSON(t)["id"] == first.JSON(t)["id"] {
-		t.Fatal("after the TTL the key made no new order")
-	}
-	if n := orderlytest.CreatedByKey(t, js)[idempotency.KeyHash(api.DefaultTenant, "ttl-1")]; n != 2 {
-		t.Fatalf("%d orders for the key, want 2", n)
+			first := inst.PostOrder(t, "ttl-1", orderlytest.Order("c-1"))
+			if first.Status != http.StatusCreated {
+				t.Fatalf("first: %d %s", first.Status, first.Body)
+			}
+			if _, _, ok := events.ParseKeyedOrderID(first.JSON(t)["id"].(string)); ok != keyed {
+				t.Fatalf("order ID %v, keyed %v", first.JSON(t)["id"], keyed)
+			}
+			var second orderlytest.Response
+			orderlytest.Eventually(t, 15*time.Second, "the result to expire", func() bool {
+				second = inst.PostOrder(t, "ttl-1", orderlytest.Order("c-1"))
+				return second.Header.Get("Idempotent-Replayed") == ""
+			})
+			if second.Status != http.StatusCreated || second.JSON(t)["id"] == first.JSON(t)["id"] {
+				t.Fatalf("after the TTL: %d %v %s, want a new 201", second.Status, second.Header, second.Body)
+			}
+			if n := orderlytest.CreatedByKey(t, js)[idempotency.KeyHash(api.DefaultTenant, "ttl-1")]; n != 2 {
+				t.Fatalf("%d orders for the key, want 2", n)
+			}
+			// The new order answers for the key now.
+			if again := inst.PostOrder(t, "ttl-1", orderlytest.Order("c-1")); !bytes.Equal(again.Body, second.Body) {
+				t.Fatalf("replay after the TTL: %s, want %s", again.Body, second.Body)
+			}
+		})
 	}
 }
 
