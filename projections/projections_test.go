@@ -157,3 +157,15 @@ func TestProjectMakesTheProcessorsResponse(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkProject: the API renders a keyed order's answer from its event
+// (ADR 0010), on the hub's feed for every request that waits.
+func BenchmarkProject(b *testing.B) {
+	ev := created(time.Unix(1700000000, 0))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Project(ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -29,6 +29,17 @@ type Projection struct {
 	At time.Time
 }
 
+// anyOrderEvent holds the data of either kind of order event: the fields of
+// OrderCreated, and those only OrderRejected has.
+type anyOrderEvent struct {
+	events.OrderCreated
+	Reason      string              `json:"reason"`
+	Detail      string              `json:"detail"`
+	DuplicateOf string              `json:"duplicate_of"`
+	Request     events.OrderRequest `json:"request"`
+	RejectedAt  time.Time           `json:"rejected_at"`
+}
+
 // ErrUnknownType is returned by Project for an event type it does not know.
 var ErrUnknownType = errors.New("unknown event type")
 
@@ -36,25 +47,24 @@ var ErrUnknownType = errors.New("unknown event type")
 // of the event, so projecting an event twice, or again in a rebuild, writes
 // the same bytes.
 func Project(data []byte) (Projection, error) {
-	var ev events.RawEvent
+	// One pass over the event: its data decoded into the fields of both
+	// kinds at once (they share no name with different meanings).
+	var ev events.Event[anyOrderEvent]
 	if err := gojson.Unmarshal(data, &ev); err != nil {
 		return Projection{}, fmt.Errorf("decode event: %w", err)
 	}
 	switch ev.Type {
 	case events.OrderCreatedType:
-		var d events.OrderCreated
-		if err := gojson.Unmarshal(ev.Data, &d); err != nil {
-			return Projection{}, fmt.Errorf("decode %s: %w", ev.Type, err)
-		}
+		d := ev.Data.OrderCreated
 		r := idempotency.Created(d)
 		r.DecidedUnixNano = ev.Time.UnixNano()
 		o := idempotency.Order{Tenant: d.Tenant, Status: idempotency.StatusCreated, Body: r.Body}
 		return Projection{OrderID: d.OrderID, Order: o, Key: d.IdempotencyKeyHash, Record: &r, At: ev.Time}, nil
 	case events.OrderRejectedType:
-		var d events.OrderRejected
-		if err := gojson.Unmarshal(ev.Data, &d); err != nil {
-			return Projection{}, fmt.Errorf("decode %s: %w", ev.Type, err)
-		}
+		c := ev.Data.OrderCreated
+		d := events.OrderRejected{OrderID: c.OrderID, Tenant: c.Tenant, Reason: ev.Data.Reason, Detail: ev.Data.Detail,
+			DuplicateOf: ev.Data.DuplicateOf, Request: ev.Data.Request, IdempotencyKeyHash: c.IdempotencyKeyHash,
+			RequestFingerprint: c.RequestFingerprint, AcceptedAt: c.AcceptedAt, RejectedAt: ev.Data.RejectedAt}
 		p := Projection{OrderID: d.OrderID, Order: idempotency.RejectedOrder(d), Key: d.IdempotencyKeyHash, At: ev.Time}
 		if d.HoldsKey() {
 			r := idempotency.Rejected(d)

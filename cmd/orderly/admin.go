@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/jsstore"
@@ -186,6 +187,9 @@ func printKey(w io.Writer, k admin.Key) {
 		return
 	}
 	fmt.Fprintf(tw, "state:\t%s\n", k.State)
+	if k.Source == events.EventStream {
+		fmt.Fprintf(tw, "held by:\tthe order's event in %s (a keyed order: its event is its key's claim)\n", k.Source)
+	}
 	fmt.Fprintf(tw, "order:\t%s (%s)\n", k.OrderID, k.Decision)
 	if k.Queued {
 		fmt.Fprintf(tw, "\tits command waits for a processor\n")

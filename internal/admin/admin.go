@@ -27,6 +27,7 @@ import (
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/pipeline"
+	"github.com/orderly-dev/orderly/projections"
 )
 
 // DeadLetter is one message of ORDER_COMMANDS_DLQ, decoded as far as it goes.
@@ -141,11 +142,21 @@ func Decision(ctx context.Context, evs *jsstore.Events, orderID string) (string,
 	if err != nil || !ok {
 		return "undecided", err
 	}
+	d, err := decisionOf(data)
+	if err != nil {
+		return "", fmt.Errorf("event of %s: %w", orderID, err)
+	}
+	return d, nil
+}
+
+// decisionOf says what a stored event decided: "created" or "rejected:
+// <reason>".
+func decisionOf(data []byte) (string, error) {
 	var e events.Event[struct {
 		Reason string `json:"reason"`
 	}]
 	if err := json.Unmarshal(data, &e); err != nil {
-		return "", fmt.Errorf("event of %s: %w", orderID, err)
+		return "", err
 	}
 	if e.Type == events.OrderRejectedType {
 		return "rejected: " + e.Data.Reason, nil
@@ -251,7 +262,10 @@ type Key struct {
 	Tenant  string `json:"tenant,omitempty"`
 	KeyHash string `json:"key_hash"`
 	// Found is false when the key has no record: never used, expired, or evicted.
-	Found       bool              `json:"found"`
+	Found bool `json:"found"`
+	// Source is where the key's answer is: ORDER_RESULTS, or ORDER_EVENTS
+	// for an order with a keyed ID, whose event is its key's claim.
+	Source      string            `json:"source,omitempty"`
 	State       idempotency.State `json:"state,omitempty"`
 	OrderID     string            `json:"order_id,omitempty"`
 	Fingerprint string            `json:"fingerprint,omitempty"`
@@ -285,9 +299,13 @@ func LookUp(ctx context.Context, js jetstream.JetStream, keyHash string) (Key, e
 		return k, err
 	}
 	rec, rev, ok, err := results.Revision(ctx, keyHash)
-	if err != nil || !ok {
+	if err != nil {
 		return k, err
 	}
+	if !ok {
+		return lookUpKeyed(ctx, js, k, results.TTL())
+	}
+	k.Source = events.ResultsBucket
 	k.Found, k.State, k.OrderID, k.Fingerprint, k.Stored, k.Revision = true, rec.State, rec.OrderID, rec.Fingerprint, rec.Stored, rev
 	if ttl := results.TTL(); ttl > 0 {
 		k.Expires = rec.Stored.Add(ttl)
@@ -303,6 +321,35 @@ func LookUp(ctx context.Context, js jetstream.JetStream, keyHash string) (Key, e
 		return k, err
 	}
 	k.Queued, err = queued(ctx, js, rec.OrderID)
+	return k, err
+}
+
+// lookUpKeyed reads the key's answer from its last keyed event (ADR 0010):
+// a keyed order's event is its key's claim, and it writes no record. An
+// event older than the result TTL holds the key no more (not found).
+func lookUpKeyed(ctx context.Context, js jetstream.JetStream, k Key, ttl time.Duration) (Key, error) {
+	evs, err := jsstore.OpenEvents(ctx, js, js)
+	if err != nil {
+		return k, err
+	}
+	ev, ok, err := evs.KeyEvent(ctx, k.KeyHash)
+	if err != nil || !ok {
+		return k, err
+	}
+	p, err := projections.Project(ev.Data)
+	if err != nil {
+		return k, fmt.Errorf("the keyed event of the key: %w", err)
+	}
+	if p.Record == nil || p.Key != k.KeyHash || ttl > 0 && time.Since(p.At) >= ttl {
+		return k, nil
+	}
+	rec := p.Record
+	k.Found, k.Source, k.State, k.OrderID, k.Fingerprint, k.Stored = true, events.EventStream, rec.State, rec.OrderID, rec.Fingerprint, p.At
+	if ttl > 0 {
+		k.Expires = p.At.Add(ttl)
+	}
+	k.Response = &Response{Status: rec.Status, Location: rec.Location, ContentType: rec.ContentType, Body: string(rec.Body)}
+	k.Decision, err = decisionOf(ev.Data)
 	return k, err
 }
 

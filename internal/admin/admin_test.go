@@ -247,3 +247,39 @@ func TestEvictFreesOnlyAStuckPendingKey(t *testing.T) {
 		t.Fatalf("evict a queued key: %v", err)
 	}
 }
+
+// TestLookUpKeyedOrder: a keyed order (ADR 0010) writes no record; its key's
+// answer is its event, which keys get shows, and which evict refuses to free.
+func TestLookUpKeyedOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := orderlytest.Config(t)
+	cfg.App.KeyedOrderIDs = true
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	for key, c := range map[string]struct {
+		body     []byte
+		status   int
+		decision string
+	}{
+		"keyed-done":     {orderlytest.Order("c-1"), http.StatusCreated, "created"},
+		"keyed-rejected": {[]byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":2}`), http.StatusUnprocessableEntity, "rejected: " + events.ReasonTotalMismatch},
+	} {
+		r := inst.PostOrder(t, key, c.body)
+		if r.Status != c.status {
+			t.Fatalf("%s: %d %s", key, r.Status, r.Body)
+		}
+		k, err := admin.LookUp(ctx, js, idempotency.KeyHash(api.DefaultTenant, key))
+		if err != nil || !k.Found || k.Source != events.EventStream || k.State != idempotency.StateCompleted || k.Decision != c.decision ||
+			k.Response == nil || k.Response.Status != c.status || k.Response.Body != string(r.Body) || k.Response.Location != r.Header.Get("Location") ||
+			k.Expires.Sub(k.Stored) != 24*time.Hour || !strings.HasSuffix(r.Header.Get("Location"), k.OrderID) {
+			t.Fatalf("%s: %+v %v", key, k, err)
+		}
+		if err := admin.Evict(ctx, js, k); !errors.Is(err, admin.ErrNotPending) {
+			t.Fatalf("evict %s: %v", key, err)
+		}
+	}
+	if k, err := admin.LookUp(ctx, js, idempotency.KeyHash(api.DefaultTenant, "never")); err != nil || k.Found {
+		t.Fatalf("a key never used: %+v %v", k, err)
+	}
+}
