@@ -79,7 +79,7 @@ type OrderFlags struct {
 	Concurrency     int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"1024" help:"Commands one processor has in hand at once, handled in batches of up to a quarter of it (each batch waits once for its claims and once for its events: docs/adr/0011)."`
 	OTLPEndpoint    string        `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
 	TraceRatio      float64       `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
-	OrderIDs        string        `name:"order-ids" env:"ORDERLY_ORDER_IDS" enum:"nonce,keyed" default:"nonce" help:"Form of the IDs of new orders: nonce (ord_ + 13 characters of the command's sequence + 13 random ones) or keyed (ord_ + the sequence + 20 characters of the hashed idempotency key, their events on orders.events.<kind>.<key>.<seq>; an order that loses its key to another stores no event, and a read of it answers 303 to the holder: docs/adr/0010). Upgrade every processor to this version before an API makes keyed IDs: an earlier one refuses their commands."`
+	OrderIDs        string        `name:"order-ids" env:"ORDERLY_ORDER_IDS" enum:"auto,nonce,keyed" default:"auto" help:"Form of the IDs of new orders. keyed: ord_ + 13 characters of the command's sequence + 20 of the hashed idempotency key; the order's event, on orders.events.<kind>.<key>.<seq>, is its key's claim (two stored messages per order, nothing in ORDER_RESULTS), and an order that loses its key stores no event and reads as 303 to the holder (docs/adr/0010). nonce: ord_ + the sequence + 13 random characters, the key claimed in ORDER_RESULTS. auto: the form stored with the topology (keyed when this version created it; orderly setup --order-ids changes it), followed as it changes."`
 	ProjConcurrency int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"128" help:"Events one projector handles at once."`
 }
 
@@ -186,7 +186,7 @@ func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
 	cfg.BatchWrites = c.BatchWrites == "on"
 	cfg.Processor.Concurrency = c.Concurrency
 	cfg.Projector.Concurrency = c.ProjConcurrency
-	cfg.App.KeyedOrderIDs = c.OrderIDs == "keyed"
+	cfg.OrderIDs = c.OrderIDs
 	if c.TokensFile != "" {
 		tokens, err := readTokens(c.TokensFile)
 		if err != nil {

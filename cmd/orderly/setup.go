@@ -16,13 +16,15 @@ type SetupCmd struct {
 	StartupTimeout time.Duration `name:"startup-timeout" env:"ORDERLY_STARTUP_TIMEOUT" default:"2m" help:"How long to wait for NATS and JetStream (a cluster that is still forming)."`
 	CredFlags
 	TopologyFlags
-	Projector bool `name:"projector" env:"ORDERLY_SETUP_PROJECTOR" help:"Create the projector's durable consumer too, for 'orderly projector' processes (optional: the processor stores each key's response itself)."`
+	Projector bool   `name:"projector" env:"ORDERLY_SETUP_PROJECTOR" help:"Create the projector's durable consumer too, for 'orderly projector' processes (optional: the processor stores each key's response itself)."`
+	OrderIDs  string `name:"order-ids" env:"ORDERLY_SETUP_ORDER_IDS" enum:",nonce,keyed" default:"" help:"Store the form of the IDs of new orders that APIs with --order-ids auto take, within seconds: keyed or nonce (docs/adr/0010). Switch to keyed only once every processor and API runs a version that knows keyed IDs (docs/operations.md). Empty: leave it (a topology this version creates stores keyed)."`
 }
 
 // Run sets the topology up.
 func (c *SetupCmd) Run(g *globals) error {
 	topo := c.topology()
 	topo.Projector = c.Projector
+	topo.OrderIDs = c.OrderIDs
 	err := server.Setup(g.ctx, server.SetupConfig{
 		Connect:  jsstore.ConnectConfig{URL: c.NATSURL, Name: "setup", Credentials: c.credentials()},
 		Topology: topo, StartupTimeout: c.StartupTimeout,

@@ -254,7 +254,7 @@ func TestLookUpKeyedOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cfg := orderlytest.Config(t)
-	cfg.App.KeyedOrderIDs = true
+	cfg.OrderIDs = jsstore.OrderIDsKeyed
 	inst := orderlytest.Start(t, cfg)
 	js := inst.JetStream(t)
 	for key, c := range map[string]struct {

@@ -485,7 +485,7 @@ func TestKeyedOrderIDs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
-	f.svc.cfg.KeyedOrderIDs = true
+	f.svc.SetKeyedOrderIDs(true)
 	token, _ := events.KeyToken(key)
 	out, err := f.svc.Submit(ctx, submit(0, 0))
 	id := events.KeyedOrderID(1, token)

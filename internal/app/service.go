@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orderly-dev/orderly/events"
@@ -155,7 +156,8 @@ type Config struct {
 	PollInterval, DownPollInterval time.Duration
 	// KeyedOrderIDs makes the orders of new commands take keyed IDs (ADR
 	// 0010): ord_<seq><key token>, their events on the keyed subjects. Only
-	// processors of a version that knows keyed commands may run.
+	// processors of a version that knows keyed commands may run. It is where
+	// the service starts; SetKeyedOrderIDs changes it.
 	KeyedOrderIDs bool
 }
 
@@ -194,6 +196,8 @@ type Service struct {
 	// draining is closed by Drain: waits end at once.
 	draining  chan struct{}
 	drainOnce sync.Once
+	// keyed says whether new orders take keyed IDs.
+	keyed atomic.Bool
 }
 
 // NewService returns the service.
@@ -209,9 +213,18 @@ func NewService(cfg Config, deps Deps, logger *slog.Logger) (*Service, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, deps: deps, logger: logger,
-		now: time.Now, newNonce: events.NewNonce, draining: make(chan struct{})}, nil
+	s := &Service{cfg: cfg, deps: deps, logger: logger,
+		now: time.Now, newNonce: events.NewNonce, draining: make(chan struct{})}
+	s.keyed.Store(cfg.KeyedOrderIDs)
+	return s, nil
 }
+
+// SetKeyedOrderIDs says whether the orders of the commands published from
+// now on take keyed IDs.
+func (s *Service) SetKeyedOrderIDs(keyed bool) { s.keyed.Store(keyed) }
+
+// KeyedOrderIDs says whether new orders take keyed IDs.
+func (s *Service) KeyedOrderIDs() bool { return s.keyed.Load() }
 
 // Drain cuts every current and future wait short: requests answer with the
 // state they have (202, 409, the pending order) instead of waiting. Called at

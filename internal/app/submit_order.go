@@ -90,7 +90,7 @@ func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 		AcceptedAt:  s.now().UTC(),
 		Request:     in.Request,
 	}
-	if s.cfg.KeyedOrderIDs {
+	if s.keyed.Load() {
 		cmd.IDForm = events.IDFormKeyed
 	} else {
 		cmd.Nonce = s.newNonce()

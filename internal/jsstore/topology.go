@@ -1,10 +1,12 @@
 package jsstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -68,6 +70,35 @@ type Topology struct {
 	// projector is optional (ADR 0009): the processor stores each key's
 	// response itself. Ensure never deletes the consumer.
 	Projector bool
+	// OrderIDs, when set (OrderIDsNonce or OrderIDsKeyed), is stored as the
+	// form of the IDs of new orders, which APIs with --order-ids auto follow
+	// (ADR 0010): Ensure writes it to the command stream, also an existing
+	// one. Empty leaves an existing stream's as it is; a new stream stores
+	// OrderIDsKeyed (no processor of a version before keyed IDs can run on a
+	// topology this version created).
+	OrderIDs string
+}
+
+// The forms of order IDs (ADR 0010), and the command stream's metadata key
+// that stores the form new orders take.
+const (
+	OrderIDsNonce = "nonce"
+	OrderIDsKeyed = "keyed"
+	OrderIDsKey   = "orderly_order_ids"
+)
+
+// StoredOrderIDs is the form of the IDs of new orders stored with the
+// command stream: OrderIDsKeyed, or OrderIDsNonce (also for a stream that
+// stores none: one created before keyed IDs).
+func StoredOrderIDs(ctx context.Context, js jetstream.JetStream) (string, error) {
+	s, err := js.Stream(ctx, events.CommandStream)
+	if err != nil {
+		return "", fmt.Errorf("stream %s: %w", events.CommandStream, storeErr(err))
+	}
+	if s.CachedInfo().Config.Metadata[OrderIDsKey] == OrderIDsKeyed {
+		return OrderIDsKeyed, nil
+	}
+	return OrderIDsNonce, nil
 }
 
 // DefaultTopology is the topology of a standalone orderly.
@@ -98,6 +129,9 @@ func (t Topology) Validate() error {
 	}
 	if t.EventRetention < 0 || t.DeadLetterRetention < 0 {
 		errs = append(errs, errors.New("retention must not be negative"))
+	}
+	if t.OrderIDs != "" && t.OrderIDs != OrderIDsNonce && t.OrderIDs != OrderIDsKeyed {
+		errs = append(errs, fmt.Errorf("order IDs must be %s or %s, got %q", OrderIDsNonce, OrderIDsKeyed, t.OrderIDs))
 	}
 	if t.EventRetention > 0 && t.EventRetention < t.ResultTTL {
 		errs = append(errs, fmt.Errorf("event retention (%s) must be at least the result TTL (%s): a stored result needs its event", t.EventRetention, t.ResultTTL))
@@ -133,6 +167,7 @@ func (t Topology) CommandStreamConfig() jetstream.StreamConfig {
 		MaxMsgSize:  1 << 20,
 		// Batchers may group concurrent commands into atomic batches.
 		AllowAtomicPublish: true,
+		Metadata:           map[string]string{OrderIDsKey: cmp.Or(t.OrderIDs, OrderIDsKeyed)},
 	}
 }
 
@@ -352,6 +387,13 @@ func (t Topology) ensureStream(ctx context.Context, js jetstream.JetStream, want
 		{"deny_delete", want.DenyDelete && !have.DenyDelete, have.DenyDelete, true, func() { next.DenyDelete = true }},
 		{"deny_purge", want.DenyPurge && !have.DenyPurge, have.DenyPurge, true, func() { next.DenyPurge = true }},
 		{"max_msgs_per_subject", want.MaxMsgsPerSubject != 0 && have.MaxMsgsPerSubject != want.MaxMsgsPerSubject, have.MaxMsgsPerSubject, want.MaxMsgsPerSubject, func() { next.MaxMsgsPerSubject = want.MaxMsgsPerSubject }},
+		{"order_ids", t.OrderIDs != "" && want.Metadata[OrderIDsKey] != "" && have.Metadata[OrderIDsKey] != t.OrderIDs, have.Metadata[OrderIDsKey], t.OrderIDs, func() {
+			next.Metadata = maps.Clone(have.Metadata)
+			if next.Metadata == nil {
+				next.Metadata = map[string]string{}
+			}
+			next.Metadata[OrderIDsKey] = t.OrderIDs
+		}},
 	}
 	tunable := []field{
 		{"max_age", have.MaxAge != want.MaxAge, have.MaxAge, want.MaxAge, func() { next.MaxAge = want.MaxAge }},

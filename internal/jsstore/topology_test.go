@@ -233,3 +233,57 @@ func TestEnsureNeverChangesReplicasSilently(t *testing.T) {
 		t.Fatalf("refused, yet R%d", cfg.Replicas)
 	}
 }
+
+// TestStoredOrderIDs: a topology this version creates stores keyed order
+// IDs; one created before (no form stored) reads as nonce and keeps it when
+// Ensure runs again; the operator's --order-ids stores either form, and
+// the stream's other metadata survives; a form that is neither is refused.
+func TestStoredOrderIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := bare(t)
+	if err := jsstore.DefaultTopology().Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	form := func() string {
+		t.Helper()
+		f, err := jsstore.StoredOrderIDs(ctx, js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	if got := form(); got != jsstore.OrderIDsKeyed {
+		t.Fatalf("a new topology stores %q", got)
+	}
+	// A stream of an earlier version: no form stored.
+	cfg := streamConfig(t, js, events.CommandStream)
+	cfg.Metadata = map[string]string{"team": "orders"}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := jsstore.DefaultTopology().Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := form(); got != jsstore.OrderIDsNonce {
+		t.Fatalf("a stream without a stored form reads %q after Ensure, want nonce", got)
+	}
+	for _, want := range []string{jsstore.OrderIDsKeyed, jsstore.OrderIDsNonce, jsstore.OrderIDsKeyed} {
+		topo := jsstore.DefaultTopology()
+		topo.OrderIDs = want
+		if err := topo.Ensure(ctx, js, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := form(); got != want {
+			t.Fatalf("stored %q, reads %q", want, got)
+		}
+	}
+	if md := streamConfig(t, js, events.CommandStream).Metadata; md["team"] != "orders" {
+		t.Fatalf("the stream's other metadata: %v", md)
+	}
+	bad := jsstore.DefaultTopology()
+	bad.OrderIDs = "v3"
+	if err := bad.Ensure(ctx, js, nil); err == nil {
+		t.Fatal("a form that is neither was accepted")
+	}
+}

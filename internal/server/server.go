@@ -11,6 +11,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,6 +104,13 @@ type Config struct {
 	Projector pipeline.Config
 	// ProcessorHooks inject faults in tests; zero in production.
 	ProcessorHooks processor.Hooks
+	// OrderIDs is the form of the IDs of new orders (ADR 0010):
+	// jsstore.OrderIDsNonce, jsstore.OrderIDsKeyed, or OrderIDsAuto, the form
+	// stored with the topology (keyed for one this version created), looked
+	// at again every OrderIDsRefresh (default 5s) so that `orderly setup
+	// --order-ids` switches running APIs.
+	OrderIDs        string
+	OrderIDsRefresh time.Duration
 	// KeysAlwaysNew, in tests, makes the API's view of the keys call every key
 	// new, as if it lagged behind every record, to show what the broker's
 	// window and the processor's claim do when it lags; false in production.
@@ -190,6 +198,7 @@ func DefaultConfig() Config {
 			Name: "projector", Stream: events.EventStream, Consumer: jsstore.ProjectorConsumer,
 			Concurrency: 128,
 		},
+		OrderIDs:        OrderIDsAuto,
 		StartupTimeout:  2 * time.Minute,
 		MinFreeSpace:    256 << 20,
 		StoreFaultGrace: 30 * time.Second,
@@ -198,9 +207,16 @@ func DefaultConfig() Config {
 	}
 }
 
+// OrderIDsAuto makes an API follow the form of order IDs stored with the
+// topology (see Config.OrderIDs).
+const OrderIDsAuto = "auto"
+
 // Validate reports every problem with c.
 func (c Config) Validate() error {
 	var errs []error
+	if c.Roles.API && c.OrderIDs != OrderIDsAuto && c.OrderIDs != jsstore.OrderIDsNonce && c.OrderIDs != jsstore.OrderIDsKeyed {
+		errs = append(errs, fmt.Errorf("order IDs must be %s, %s or %s, got %q", OrderIDsAuto, jsstore.OrderIDsNonce, jsstore.OrderIDsKeyed, c.OrderIDs))
+	}
 	if !c.Roles.API && !c.Roles.Processor && !c.Roles.Projector {
 		errs = append(errs, errors.New("no role to run"))
 	}
@@ -691,6 +707,14 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 	s.hub = h
 	acfg := s.cfg.App
 	acfg.Up = jsstore.WatchHealth(s.nc).Up
+	acfg.KeyedOrderIDs = s.cfg.OrderIDs == jsstore.OrderIDsKeyed
+	if s.cfg.OrderIDs == OrderIDsAuto {
+		form, err := jsstore.StoredOrderIDs(ctx, js)
+		if err != nil {
+			return err
+		}
+		acfg.KeyedOrderIDs = form == jsstore.OrderIDsKeyed
+	}
 	var cache app.Cache = h
 	if s.cfg.KeysAlwaysNew {
 		cache = keysAlwaysNew{h}
@@ -702,6 +726,11 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 		return err
 	}
 	s.svc = svc
+	s.logger.Info("order IDs", "form", map[bool]string{true: jsstore.OrderIDsKeyed, false: jsstore.OrderIDsNonce}[svc.KeyedOrderIDs()], "setting", s.cfg.OrderIDs)
+	if s.cfg.OrderIDs == OrderIDsAuto {
+		s.wg.Add(1)
+		go s.followOrderIDs(js)
+	}
 	ready = append(ready, ops.Check{Name: "results_feed", Run: func(context.Context) error { return h.Live() }})
 	s.registry.MustRegister(ops.CheckCollector(ready, live, 2*time.Second))
 	opsHandler, err := ops.NewHandler(s.cfg.Ops, ready, live, s.registry)
@@ -715,6 +744,32 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 		return err
 	}
 	return s.serveHTTP(handler)
+}
+
+// followOrderIDs looks at the form of order IDs stored with the topology
+// every OrderIDsRefresh, and switches the API to it, until shutdown.
+func (s *Server) followOrderIDs(js jetstream.JetStream) {
+	defer s.wg.Done()
+	t := time.NewTicker(cmp.Or(s.cfg.OrderIDsRefresh, 5*time.Second))
+	defer t.Stop()
+	done := s.fault.stopped()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		form, err := jsstore.StoredOrderIDs(ctx, js)
+		cancel()
+		if err != nil {
+			continue // NATS away: the form stays as it was
+		}
+		if keyed := form == jsstore.OrderIDsKeyed; keyed != s.svc.KeyedOrderIDs() {
+			s.svc.SetKeyedOrderIDs(keyed)
+			s.logger.Info("order IDs: the form stored with the topology changed; new orders take it", "form", form)
+		}
+	}
 }
 
 // keysAlwaysNew is a hub whose view of the keys lags behind every record.

@@ -326,7 +326,7 @@ func TestKeyedOrders(t *testing.T) {
 	t.Parallel()
 	cfg := orderlytest.Config(t)
 	cfg.Roles = server.Roles{API: true} // no processor until the commands are stored
-	cfg.App.KeyedOrderIDs = true
+	cfg.OrderIDs = jsstore.OrderIDsKeyed
 	inst := orderlytest.Start(t, cfg)
 	js := inst.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -447,6 +447,39 @@ func TestKeyedOrders(t *testing.T) {
 	}
 }
 
+// TestOrderIDsFollowTheTopology: with --order-ids auto (the default) an API
+// takes the form of order IDs stored with the topology, keyed for one this
+// version created, and switches when the operator stores the other
+// (orderly setup --order-ids), without a restart.
+func TestOrderIDsFollowTheTopology(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.OrderIDs = server.OrderIDsAuto
+	cfg.OrderIDsRefresh = 50 * time.Millisecond
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	keyed := func(r orderlytest.Response) bool {
+		_, _, ok := events.ParseKeyedOrderID(strings.TrimPrefix(r.Header.Get("Location"), "/v1/orders/"))
+		return ok
+	}
+	if r := inst.PostOrder(t, "auto-1", orderlytest.Order("c-1")); r.Status != http.StatusCreated || !keyed(r) {
+		t.Fatalf("a new topology: %d at %q, want a keyed order", r.Status, r.Header.Get("Location"))
+	}
+	for i, form := range []string{jsstore.OrderIDsNonce, jsstore.OrderIDsKeyed} {
+		topo := cfg.Topology
+		topo.OrderIDs = form
+		if err := topo.Ensure(context.Background(), js, nil); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		orderlytest.Eventually(t, 10*time.Second, "new orders of the form "+form, func() bool {
+			n++
+			r := inst.PostOrder(t, fmt.Sprintf("auto-%d-%d", i, n), orderlytest.Order("c-1"))
+			return r.Status == http.StatusCreated && keyed(r) == (form == jsstore.OrderIDsKeyed)
+		})
+	}
+}
+
 // TestSameKeyAfterResultTTL: once the result has expired the key is free and
 // makes a new order, with either form of order ID (a keyed order's claim
 // then replaces the expired holder's, ADR 0010).
@@ -458,7 +491,9 @@ func TestSameKeyAfterResultTTL(t *testing.T) {
 			cfg := orderlytest.Config(t)
 			cfg.Topology.DedupWindow = time.Second
 			cfg.Topology.ResultTTL = 2 * time.Second
-			cfg.App.KeyedOrderIDs = keyed
+			if keyed {
+				cfg.OrderIDs = jsstore.OrderIDsKeyed
+			}
 			inst := orderlytest.Start(t, cfg)
 			js := inst.JetStream(t)
 
