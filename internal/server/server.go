@@ -749,8 +749,26 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 // followOrderIDs looks at the form of order IDs stored with the topology
 // every OrderIDsRefresh, and switches the API to it, until shutdown.
 func (s *Server) followOrderIDs(js jetstream.JetStream) {
+	s.every(cmp.Or(s.cfg.OrderIDsRefresh, 5*time.Second), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		form, err := jsstore.StoredOrderIDs(ctx, js)
+		cancel()
+		if err != nil {
+			return true // NATS away: the form stays as it was
+		}
+		if keyed := form == jsstore.OrderIDsKeyed; keyed != s.svc.KeyedOrderIDs() {
+			s.svc.SetKeyedOrderIDs(keyed)
+			s.logger.Info("order IDs: the form stored with the topology changed; new orders take it", "form", form)
+		}
+		return true
+	})
+}
+
+// every runs f every interval until f returns false or the server stops,
+// and then marks the goroutine done (s.wg).
+func (s *Server) every(interval time.Duration, f func() bool) {
 	defer s.wg.Done()
-	t := time.NewTicker(cmp.Or(s.cfg.OrderIDsRefresh, 5*time.Second))
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	done := s.fault.stopped()
 	for {
@@ -758,16 +776,9 @@ func (s *Server) followOrderIDs(js jetstream.JetStream) {
 		case <-done:
 			return
 		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		form, err := jsstore.StoredOrderIDs(ctx, js)
-		cancel()
-		if err != nil {
-			continue // NATS away: the form stays as it was
-		}
-		if keyed := form == jsstore.OrderIDsKeyed; keyed != s.svc.KeyedOrderIDs() {
-			s.svc.SetKeyedOrderIDs(keyed)
-			s.logger.Info("order IDs: the form stored with the topology changed; new orders take it", "form", form)
+			if !f() {
+				return
+			}
 		}
 	}
 }
@@ -1041,25 +1052,18 @@ func (f *storeFault) stop() {
 // watchStore reports a store fault that outlived the grace period on
 // Failed, once: the process cannot recover on its own.
 func (s *Server) watchStore() {
-	defer s.wg.Done()
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	done := s.fault.stopped()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-			if err := s.fault.dead(s.cfg.StoreFaultGrace); err != nil {
-				s.logger.Error("store fault outlived the grace period: stopping so that a supervisor restarts orderly", "grace", s.cfg.StoreFaultGrace, "err", err)
-				select {
-				case s.failed <- err:
-				default:
-				}
-				return
-			}
+	s.every(250*time.Millisecond, func() bool {
+		err := s.fault.dead(s.cfg.StoreFaultGrace)
+		if err == nil {
+			return true
 		}
-	}
+		s.logger.Error("store fault outlived the grace period: stopping so that a supervisor restarts orderly", "grace", s.cfg.StoreFaultGrace, "err", err)
+		select {
+		case s.failed <- err:
+		default:
+		}
+		return false
+	})
 }
 
 // bodyDeadline gives a request's body BodyTimeout to arrive, and lifts the
