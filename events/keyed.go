@@ -2,10 +2,10 @@ package events
 
 import "strings"
 
-// The keyed form of event subjects and order IDs: ADR 0010, step 1. Nothing
-// stores events in this form yet; the processor and the API move to it in
-// the ADR's later steps, and until then every event uses EventSubject and
-// every order ID the form of OrderID.
+// The keyed form of event subjects and order IDs (ADR 0010): the form of a
+// deployment this version creates, where an order's event is its key's
+// claim. Deployments created before keep the nonce form of OrderID until
+// their operator switches; EventSubject and OrderFilter take either form.
 //
 // A keyed event subject carries a token of the order's hashed idempotency key
 // before the order's command sequence, orders.events.<kind>.<key>.<seq>, so

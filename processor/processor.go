@@ -125,8 +125,9 @@ type Hooks struct {
 	// BeforeClaim runs before the decision is stored: a failure there leaves
 	// the key free.
 	BeforeClaim func(ctx context.Context, cmd events.CreateOrder, delivered int) error
-	// AfterClaim runs once the key holds the command's decision (its stored
-	// response), before the decision's event is stored.
+	// AfterClaim runs once the key holds the command's decision: its stored
+	// response, before the decision's event is stored; for a keyed order,
+	// its event (the claim), before the command is acked.
 	AfterClaim func(ctx context.Context, cmd events.CreateOrder, delivered int) error
 }
 
