@@ -17,7 +17,7 @@ func TestKeyedOrderIDRoundTrip(t *testing.T) {
 		t.Fatalf("KeyToken = %q %v", token, ok)
 	}
 	var ids []string
-	for _, seq := range []uint64{0, 1, 31, 32, 1 << 40, math.MaxUint64} {
+	for _, seq := range []uint64{1, 31, 32, 1 << 40, math.MaxUint64} {
 		id := events.KeyedOrderID(seq, token)
 		if len(id) != 37 || !strings.HasPrefix(id, events.OrderIDPrefix) {
 			t.Fatalf("%d: id %q", seq, id)
@@ -40,7 +40,7 @@ func TestKeyedOrderIDRoundTrip(t *testing.T) {
 	unkeyed := events.OrderID(7, "Z4A8K2M9QX7RT")
 	for _, bad := range []string{"", unkeyed, "ord_0000000000001" + strings.Repeat("a", 19), "ord_0000000000001" + strings.Repeat("a", 21),
 		"ord_0000000000001" + strings.Repeat("a", 19) + ".", "ord_0000000000001" + strings.Repeat("a", 19) + "*",
-		"ord_G000000000001" + strings.Repeat("a", 20), "xrd_0000000000001" + strings.Repeat("a", 20)} {
+		"ord_G000000000001" + strings.Repeat("a", 20), "ord_0000000000000" + strings.Repeat("a", 20) /* sequence 0 */, "xrd_0000000000001" + strings.Repeat("a", 20)} {
 		if _, _, ok := events.ParseKeyedOrderID(bad); ok {
 			t.Errorf("ParseKeyedOrderID(%q) ok", bad)
 		}

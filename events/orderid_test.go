@@ -12,7 +12,7 @@ func TestOrderIDRoundTrip(t *testing.T) {
 	t.Parallel()
 	nonce := "Z4A8K2M9QX7RT"
 	var ids []string
-	for _, seq := range []uint64{0, 1, 31, 32, 1 << 40, math.MaxUint64 - 1, math.MaxUint64} {
+	for _, seq := range []uint64{1, 31, 32, 1 << 40, math.MaxUint64 - 1, math.MaxUint64} {
 		id := events.OrderID(seq, nonce)
 		if len(id) != 30 {
 			t.Fatalf("%d: id %q has %d characters", seq, id, len(id))
@@ -27,7 +27,7 @@ func TestOrderIDRoundTrip(t *testing.T) {
 		t.Fatalf("IDs do not sort by sequence: %v", ids)
 	}
 	for _, bad := range []string{"", "ord_", "ord_00000000001Z4A8K2M9QX7R", "ord_00000000001Z4A8K2M9QX7RTT", "xrd_00000000001Z4A8K2M9QX7RT",
-		"ord_0000000000UZ4A8K2M9QX7RT", "ord_GZZZZZZZZZZZZ4A8K2M9QX7RT0", "ord_00000000001z4a8k2m9qx7rt"} {
+		"ord_0000000000UZ4A8K2M9QX7RT", "ord_0000000000000Z4A8K2M9QX7RT" /* sequence 0 */, "ord_GZZZZZZZZZZZZ4A8K2M9QX7RT0", "ord_00000000001z4a8k2m9qx7rt"} {
 		if events.ValidOrderID(bad) {
 			t.Errorf("ValidOrderID(%q) = true", bad)
 		}

@@ -129,7 +129,9 @@ func ParseOrderID(id string) (seq uint64, nonce string, ok bool) {
 	return seq, nonce, true
 }
 
-// parseSeq decodes the seqLen characters of a sequence in an order ID.
+// parseSeq decodes the seqLen characters of a sequence in an order ID. A
+// stream's sequences start at 1: 0 names no command (and a read of it is
+// not a read of nothing but a malformed request to the server).
 func parseSeq(s string) (seq uint64, ok bool) {
 	for i := 0; i < seqLen; i++ {
 		v := strings.IndexByte(crockford, s[i])
@@ -138,7 +140,7 @@ func parseSeq(s string) (seq uint64, ok bool) {
 		}
 		seq = seq<<5 | uint64(v)
 	}
-	return seq, true
+	return seq, seq != 0
 }
 
 // ValidOrderID reports whether id has the form of an order ID: with a nonce

@@ -380,10 +380,19 @@ func TestReadsAndOperationalEndpoints(t *testing.T) {
 		!bytes.HasPrefix(evs.Body, []byte(`[{"specversion":"1.0","id":"`+id+`.created"`)) {
 		t.Fatalf("events: %d %s", evs.Status, evs.Body)
 	}
-	seq, nonce, _ := events.ParseOrderID(id)
+	seq, ok := events.OrderSeq(id)
+	if !ok {
+		t.Fatalf("created order ID %q does not parse", id)
+	}
+	token := strings.Repeat("A", events.KeyTokenLen)
 	for _, path := range []string{
-		"/v1/orders/" + events.OrderID(seq+1000, nonce),      // a well-formed ID never accepted
-		"/v1/orders/" + events.OrderID(seq, "N0NCE0000000A"), // the right sequence, a wrong nonce
+		"/v1/orders/" + events.OrderID(seq+1000, "N0NCE0000000A"), // a well-formed ID never accepted
+		"/v1/orders/" + events.OrderID(seq, "N0NCE0000000A"),      // the right sequence, a wrong nonce
+		"/v1/orders/" + events.KeyedOrderID(seq, token),           // the right sequence, a wrong key
+		"/v1/orders/" + events.KeyedOrderID(seq+1000, token),
+		// Sequence 0: no stream stores it (a read of it was a 500).
+		"/v1/orders/ord_0000000000000N0NCE0000000A", "/v1/orders/ord_0000000000000N0NCE0000000A/events",
+		"/v1/orders/ord_0000000000000" + token, "/v1/orders/ord_0000000000000" + token + "/events",
 		"/v1/orders/not-an-id", "/v1/orders/not-an-id/events",
 	} {
 		r := orderlytest.Do(t, http.MethodGet, inst.URL+path, nil)
