@@ -12,6 +12,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/processor"
 )
@@ -92,7 +94,17 @@ func check(t *testing.T, raw []byte) {
 // against the published schemas.
 func TestSchemasMatchProducedEvents(t *testing.T) {
 	t.Parallel()
-	inst := orderlytest.Start(t, orderlytest.Config(t))
+	for _, form := range []string{jsstore.OrderIDsNonce, jsstore.OrderIDsKeyed} {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			cfg := orderlytest.Config(t)
+			cfg.OrderIDs = form
+			schemasMatchProducedEvents(t, orderlytest.Start(t, cfg))
+		})
+	}
+}
+
+func schemasMatchProducedEvents(t *testing.T, inst *orderlytest.Instance) {
 	created := inst.PostOrder(t, "schema-1", orderlytest.Order("c-1"))
 	rejected := inst.PostOrder(t, "schema-2", []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":7}`))
 	if created.Status != http.StatusCreated || rejected.Status != http.StatusUnprocessableEntity {
@@ -132,7 +144,10 @@ func TestSchemasMatchEveryDecision(t *testing.T) {
 	} {
 		cmd := base
 		mutate(&cmd)
-		data := processor.Decide(cmd, events.OrderID(42, cmd.Nonce), time.Now()).Event
-		t.Run(name, func(t *testing.T) { check(t, data) })
+		nonce := processor.Decide(cmd, events.OrderID(42, cmd.Nonce), time.Now()).Event
+		t.Run(name, func(t *testing.T) { check(t, nonce) })
+		token, _ := events.KeyToken(idempotency.KeyHash("t", "k"))
+		keyed := processor.Decide(cmd, events.KeyedOrderID(42, token), time.Now()).Event
+		t.Run(name+" keyed", func(t *testing.T) { check(t, keyed) })
 	}
 }
