@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 )
 
@@ -42,6 +43,9 @@ type RebuildReport struct {
 	Events uint64 `json:"events"`
 	// Results is the number of records the events call for.
 	Results int `json:"results"`
+	// Keyed counts the events of keyed orders within the result TTL: their
+	// answers are the events themselves (ADR 0010), nothing to rebuild.
+	Keyed int `json:"keyed"`
 	// Missing, Different and Stale count records absent from the live read
 	// models, present with other bytes, or present without an event that calls
 	// for them. Pending claims are not stale: claims are not events.
@@ -66,7 +70,8 @@ func earlierForm(rec idempotency.Record) [sha256.Size]byte {
 }
 
 // Rebuild recomputes ORDER_RESULTS from ORDER_EVENTS with Project, the
-// projector's own function, so a rebuilt record has exactly the bytes the
+// projector's own function (keyed orders excepted: their events are their
+// answers, and a record of one is stale), so a rebuilt record has exactly the bytes the
 // projector writes. It compares every record with the live one, writes what is
 // missing or different, and removes what no event calls for (never a pending
 // claim, which belongs to a command still in flight). It is safe to run while
@@ -108,6 +113,10 @@ func Rebuild(ctx context.Context, results RebuildTarget, log EventReader, ttl ti
 			return fmt.Errorf("event %d: %w", rep.Events, err)
 		}
 		if p.Record == nil || time.Since(p.At) >= ttl {
+			return nil
+		}
+		if _, _, keyed := events.ParseKeyedOrderID(p.Record.OrderID); keyed {
+			rep.Keyed++
 			return nil
 		}
 		want[p.Key] = true

@@ -15,7 +15,7 @@ import (
 
 // ProjectionsCmd groups the read-model tools.
 type ProjectionsCmd struct {
-	Rebuild RebuildCmd `cmd:"" help:"Recompute ORDER_RESULTS from ORDER_EVENTS: write what is missing or different, remove what no event calls for. Safe while orderly runs."`
+	Rebuild RebuildCmd `cmd:"" help:"Recompute ORDER_RESULTS from ORDER_EVENTS: write what is missing or different, remove what no event calls for. Keyed orders are answered from their events and need no record. Safe while orderly runs."`
 }
 
 // RebuildCmd is orderly projections rebuild.
@@ -67,6 +67,7 @@ func (c *RebuildCmd) Run(g *globals) error {
 	} else {
 		fmt.Printf("events read:        %d\n", rep.Events)
 		fmt.Printf("results called for: %d\n", rep.Results)
+		fmt.Printf("keyed orders:       %d (answered from their events)\n", rep.Keyed)
 		fmt.Printf("missing:            %d\ndifferent:          %d\nstale:              %d\n", rep.Missing, rep.Different, rep.Stale)
 		if !c.DryRun {
 			fmt.Printf("written:            %d\nremoved:            %d\n", rep.Written, rep.Removed)

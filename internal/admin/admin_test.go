@@ -46,7 +46,7 @@ func TestReplayKeepsTheOrderIDAndDecidesOnce(t *testing.T) {
 		t.Fatalf("%d %s", accepted.Status, accepted.Body)
 	}
 	orderID := strings.TrimPrefix(accepted.Header.Get("Location"), "/v1/orders/")
-	seq, _, _ := events.ParseOrderID(orderID)
+	seq, _ := events.OrderSeq(orderID)
 
 	// The command is dead-lettered and then lost from ORDER_COMMANDS (as a
 	// dead letter of an earlier version, or a command past its retention).

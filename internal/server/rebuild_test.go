@@ -39,7 +39,9 @@ func snapshot(t *testing.T, kv jetstream.KeyValue) map[string][]byte {
 // live state byte for byte, and repairs a damaged read model.
 func TestRebuildEqualsLive(t *testing.T) {
 	t.Parallel()
-	inst := orderlytest.Start(t, orderlytest.Config(t))
+	cfg := orderlytest.Config(t)
+	cfg.OrderIDs = jsstore.OrderIDsNonce // the form whose answers the bucket holds
+	inst := orderlytest.Start(t, cfg)
 	js := inst.JetStream(t)
 	ctx := context.Background()
 	for i := 0; i < 30; i++ {
@@ -140,4 +142,85 @@ func TestRebuildEqualsLive(t *testing.T) {
 	if r := inst.PostOrder(t, "rebuild-1", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
 		t.Fatalf("replay after the rebuild: %d %s", r.Status, r.Body)
 	}
+}
+
+// TestRebuildLeavesKeyedOrdersToTheirEvents: a keyed order's answer is its
+// event (ADR 0010), so a rebuild neither reports it missing from
+// ORDER_RESULTS nor writes it there; a record of a keyed order found there
+// (as an earlier version's rebuild wrote them) is removed, and the key is
+// still answered from its event.
+func TestRebuildLeavesKeyedOrdersToTheirEvents(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.OrderIDs = jsstore.OrderIDsKeyed
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	ctx := context.Background()
+	type sent struct{ body, answer []byte }
+	answers := map[string]sent{}
+	for i := 0; i < 12; i++ {
+		body := orderlytest.Order("c-" + strconv.Itoa(i))
+		if i%4 == 0 {
+			body = []byte(`{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":9}`)
+		}
+		key := "keyed-rebuild-" + strconv.Itoa(i)
+		r := inst.PostOrder(t, key, body)
+		if r.Status != http.StatusCreated && r.Status != http.StatusUnprocessableEntity {
+			t.Fatalf("setup: %d", r.Status)
+		}
+		answers[key] = sent{body, r.Body}
+	}
+	results, err := jsstore.OpenResults(ctx, js, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := jsstore.OpenEvents(ctx, js, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{DryRun: true, MaxDifferences: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Equal() || rep.Events != 12 || rep.Keyed != 12 || rep.Results != 0 {
+		t.Fatalf("dry run over keyed orders: %+v", rep)
+	}
+
+	// A record of a keyed order in the bucket: removed as stale.
+	p, err := projections.Project(mustLastEvent(t, evs, "keyed-rebuild-1"))
+	if err != nil || p.Record == nil {
+		t.Fatalf("project: %v", err)
+	}
+	if err := results.Save(ctx, p.Key, *p.Record); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{MaxDifferences: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Written != 0 || rep.Stale != 1 || rep.Removed != 1 {
+		t.Fatalf("rebuild over keyed orders: %+v", rep)
+	}
+	kv, err := js.KeyValue(ctx, events.ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := snapshot(t, kv); len(left) != 0 {
+		t.Fatalf("%d records left in %s after the rebuild", len(left), events.ResultsBucket)
+	}
+	for key, a := range answers {
+		if r := inst.PostOrder(t, key, a.body); !bytes.Equal(r.Body, a.answer) {
+			t.Fatalf("replay of %s after the rebuild: %d %s, want %s", key, r.Status, r.Body, a.answer)
+		}
+	}
+}
+
+// mustLastEvent is the last event of the keyed order of key (tenant default).
+func mustLastEvent(t *testing.T, evs *jsstore.Events, key string) []byte {
+	t.Helper()
+	ev, ok, err := evs.KeyEvent(context.Background(), idempotency.KeyHash(api.DefaultTenant, key))
+	if err != nil || !ok {
+		t.Fatalf("key event of %s: %v %v", key, ok, err)
+	}
+	return ev.Data
 }

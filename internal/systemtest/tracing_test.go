@@ -86,7 +86,7 @@ func TestTraceTravelsFromTheRequestToTheEventsAndTheLogs(t *testing.T) {
 	if !strings.HasPrefix(ev.TraceParent, "00-"+trace+"-") {
 		t.Fatalf("the event's traceparent is %q, want trace %s", ev.TraceParent, trace)
 	}
-	seq, _, _ := events.ParseOrderID(orderID)
+	seq, _ := events.OrderSeq(orderID)
 	commands, err := js.Stream(context.Background(), events.CommandStream)
 	if err != nil {
 		t.Fatal(err)
