@@ -30,6 +30,16 @@ func created(at time.Time) []byte {
 	})
 }
 
+// keyedCreated is an OrderCreated of a keyed order (ADR 0010).
+func keyedCreated(at time.Time) []byte {
+	id := events.KeyedOrderID(7, "AYgtf0Exck_pdTHqc6a4")
+	return event(events.OrderCreatedType, events.KindCreated, id, at, events.OrderCreated{
+		OrderID: id, Tenant: "t", CustomerID: "c", Currency: "EUR",
+		Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 5}}, Total: 5,
+		IdempotencyKeyHash: "k", RequestFingerprint: "fp", AcceptedAt: at.Add(-time.Second), CreatedAt: at,
+	})
+}
+
 func TestProjectIsPureAndServesOneBody(t *testing.T) {
 	t.Parallel()
 	ev := created(time.Unix(1700000000, 0))
@@ -106,6 +116,7 @@ func TestProjectorHandle(t *testing.T) {
 		wantErr bool
 	}{
 		{"created", created(now), nil, true, false},
+		{"keyed: its event is its answer", keyedCreated(now), nil, false, false},
 		{"expired: its key may belong to a newer order", created(now.Add(-2 * time.Hour)), nil, false, false},
 		{"write fails: redeliver", created(now), errors.New("timeout"), false, true},
 		{"unknown type: acked", []byte(`{"type":"orderly.order.shipped.v1"}`), nil, false, false},

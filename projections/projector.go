@@ -151,6 +151,12 @@ func (p *Projector) Handle(ctx context.Context, data []byte) error {
 	if proj.Record == nil {
 		return nil // a duplicate of another order: its key answers with that order
 	}
+	if _, _, keyed := events.ParseKeyedOrderID(proj.Record.OrderID); keyed {
+		// A keyed order's event is its key's answer (ADR 0010): a record
+		// would only cost memory, and outlive the key by the projector's lag.
+		p.skipped.WithLabelValues("keyed").Inc()
+		return nil
+	}
 	if p.now().Sub(proj.At) >= p.cfg.ResultTTL {
 		// The result has expired: its key may already belong to a newer order.
 		return nil

@@ -171,6 +171,7 @@ func TestProjectorIsOptional(t *testing.T) {
 	cfg := orderlytest.Config(t)
 	cfg.Roles = server.Roles{API: true, Processor: true}
 	cfg.Topology.Projector = true // the optional projector's consumer, for the one started below
+	cfg.OrderIDs = jsstore.OrderIDsNonce // keyed orders keep no record (TestProjectorLeavesKeyedOrders)
 	inst := orderlytest.Start(t, cfg)
 	js := inst.JetStream(t)
 	results, err := jsstore.OpenResults(ctx, js, js)
@@ -211,6 +212,35 @@ func TestProjectorIsOptional(t *testing.T) {
 		if revision < 2 {
 			t.Fatalf("%s: revision %d: the projector did not write it again", key, revision)
 		}
+	}
+}
+
+// TestProjectorLeavesKeyedOrders: a projector over keyed orders writes
+// nothing to ORDER_RESULTS (their events answer their keys) and counts them.
+func TestProjectorLeavesKeyedOrders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true, Processor: true, Projector: true}
+	cfg.Topology.Projector = true
+	cfg.OrderIDs = jsstore.OrderIDsKeyed
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	for _, key := range []string{"kproj-1", "kproj-2"} {
+		if r := inst.PostOrder(t, key, orderlytest.Order("c-1")); r.Status != http.StatusCreated {
+			t.Fatalf("%s: %d %s", key, r.Status, r.Body)
+		}
+	}
+	settled(t, js)
+	kv, err := js.KeyValue(ctx, events.ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := snapshot(t, kv); len(left) != 0 {
+		t.Fatalf("the projector wrote %d records of keyed orders", len(left))
+	}
+	if metrics := string(orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil).Body); !strings.Contains(metrics, `orderly_events_skipped_total{reason="keyed"} 2`) {
+		t.Fatalf("skipped keyed events not counted:\n%s", metrics)
 	}
 }
 
