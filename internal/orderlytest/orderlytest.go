@@ -44,9 +44,10 @@ func Config(t testing.TB) server.Config {
 	cfg.Processor.Concurrency = 8
 	cfg.Projector.Concurrency = 4
 	cfg.ShutdownTimeout = 20 * time.Second
-	// The tests of the nonce form's rules say so, those of keyed IDs set
-	// it, and those of the stored form (OrderIDsAuto) too.
 	cfg.OrderIDs = jsstore.OrderIDsNonce
+	if os.Getenv("ORDERLY_TEST_ORDER_IDS") == "auto" {
+		cfg.OrderIDs = server.OrderIDsAuto
+	}
 	return cfg
 }
 

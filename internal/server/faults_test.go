@@ -170,7 +170,7 @@ func TestProjectorIsOptional(t *testing.T) {
 	ctx := context.Background()
 	cfg := orderlytest.Config(t)
 	cfg.Roles = server.Roles{API: true, Processor: true}
-	cfg.Topology.Projector = true // the optional projector's consumer, for the one started below
+	cfg.Topology.Projector = true        // the optional projector's consumer, for the one started below
 	cfg.OrderIDs = jsstore.OrderIDsNonce // keyed orders keep no record (TestProjectorLeavesKeyedOrders)
 	inst := orderlytest.Start(t, cfg)
 	js := inst.JetStream(t)
