@@ -161,7 +161,17 @@ func TestSameKeyAfterDuplicateWindow(t *testing.T) {
 // rejects the new command, and the waiting request finds the holder's answer.
 func TestKeyViewThatLagsMakesNoSecondOrder(t *testing.T) {
 	t.Parallel()
+	for _, form := range []string{jsstore.OrderIDsNonce, jsstore.OrderIDsKeyed} {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			keyViewThatLagsMakesNoSecondOrder(t, form)
+		})
+	}
+}
+
+func keyViewThatLagsMakesNoSecondOrder(t *testing.T, form string) {
 	cfg := orderlytest.Config(t)
+	cfg.OrderIDs = form
 	cfg.Topology.DedupWindow = time.Second
 	cfg.Topology.ResultTTL = time.Hour
 	cfg.KeysAlwaysNew = true
@@ -184,7 +194,7 @@ func TestKeyViewThatLagsMakesNoSecondOrder(t *testing.T) {
 		t.Fatalf("another request with the key: %d %s", other.Status, other.Body)
 	}
 	key := idempotency.KeyHash(api.DefaultTenant, "lag-1")
-	orderlytest.Eventually(t, 10*time.Second, "the rejections of the two commands", func() bool {
+	rejections := func() map[string]int {
 		reasons := map[string]int{}
 		for _, ev := range orderlytest.Events(t, js) {
 			if ev.Type == events.OrderRejectedType {
@@ -195,8 +205,22 @@ func TestKeyViewThatLagsMakesNoSecondOrder(t *testing.T) {
 				reasons[d.Reason]++
 			}
 		}
-		return reasons[events.ReasonDuplicate] == 1 && reasons[events.ReasonKeyReused] == 1
-	})
+		return reasons
+	}
+	if form == jsstore.OrderIDsNonce {
+		orderlytest.Eventually(t, 10*time.Second, "the rejections of the two commands", func() bool {
+			reasons := rejections()
+			return reasons[events.ReasonDuplicate] == 1 && reasons[events.ReasonKeyReused] == 1
+		})
+	} else {
+		// A keyed command that loses its key stores nothing (ADR 0010).
+		orderlytest.Eventually(t, 10*time.Second, "the two commands decided without an event", func() bool {
+			return strings.Contains(string(orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil).Body), `orderly_commands_decided_total{kind="none"} 2`)
+		})
+		if r := rejections(); len(r) != 0 {
+			t.Fatalf("rejections of keyed commands that lost their key: %v", r)
+		}
+	}
 	if n := orderlytest.CreatedByKey(t, js)[key]; n != 1 {
 		t.Fatalf("OrderCreated for the key: %d, want 1", n)
 	}
@@ -491,9 +515,7 @@ func TestSameKeyAfterResultTTL(t *testing.T) {
 			cfg := orderlytest.Config(t)
 			cfg.Topology.DedupWindow = time.Second
 			cfg.Topology.ResultTTL = 2 * time.Second
-			if keyed {
-				cfg.OrderIDs = jsstore.OrderIDsKeyed
-			}
+			cfg.OrderIDs = map[bool]string{false: jsstore.OrderIDsNonce, true: jsstore.OrderIDsKeyed}[keyed]
 			inst := orderlytest.Start(t, cfg)
 			js := inst.JetStream(t)
 
