@@ -53,14 +53,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 			t.Fatalf("setup: %d", r.Status)
 		}
 	}
-	results, err := jsstore.OpenResults(ctx, js, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs, err := jsstore.OpenEvents(ctx, js, js)
-	if err != nil {
-		t.Fatal(err)
-	}
+	results, evs := readModels(t, js)
 	rep, err := projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{DryRun: true, MaxDifferences: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -170,14 +163,7 @@ func TestRebuildLeavesKeyedOrdersToTheirEvents(t *testing.T) {
 		}
 		answers[key] = sent{body, r.Body}
 	}
-	results, err := jsstore.OpenResults(ctx, js, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs, err := jsstore.OpenEvents(ctx, js, js)
-	if err != nil {
-		t.Fatal(err)
-	}
+	results, evs := readModels(t, js)
 	rep, err := projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{DryRun: true, MaxDifferences: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -223,4 +209,18 @@ func mustLastEvent(t *testing.T, evs *jsstore.Events, key string) []byte {
 		t.Fatalf("key event of %s: %v %v", key, ok, err)
 	}
 	return ev.Data
+}
+
+// readModels opens ORDER_RESULTS and ORDER_EVENTS as a rebuild reads them.
+func readModels(t *testing.T, js jetstream.JetStream) (*jsstore.Results, *jsstore.Events) {
+	t.Helper()
+	results, err := jsstore.OpenResults(context.Background(), js, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := jsstore.OpenEvents(context.Background(), js, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return results, evs
 }
