@@ -181,8 +181,7 @@ func (h *handlers) recover(c *gin.Context) {
 // authenticate resolves the tenant from the bearer token.
 func (h *handlers) authenticate(c *gin.Context) {
 	if len(h.tokens) == 0 {
-		c.Set(tenantKey, DefaultTenant)
-		return
+		return // every request is DefaultTenant's (see tenant)
 	}
 	const prefix = "Bearer "
 	auth := c.GetHeader("Authorization")
@@ -207,3 +206,13 @@ func (h *handlers) authenticate(c *gin.Context) {
 }
 
 const tenantKey = "orderly.tenant"
+
+// tenant is the request's tenant: DefaultTenant without tokens, else the one
+// authenticate found for the request's token (setting it for every request
+// would allocate gin's key map for each).
+func (h *handlers) tenant(c *gin.Context) string {
+	if len(h.tokens) == 0 {
+		return DefaultTenant
+	}
+	return c.GetString(tenantKey)
+}

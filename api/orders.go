@@ -23,7 +23,7 @@ const retryAfter = "1"
 
 // createOrder is POST /v1/orders.
 func (h *handlers) createOrder(c *gin.Context) {
-	tenant := c.GetString(tenantKey)
+	tenant := h.tenant(c)
 	key, kerr := ParseIdempotencyKey(c.Request.Header.Values("Idempotency-Key"))
 	if kerr != nil {
 		title := "Invalid Idempotency-Key"
@@ -156,19 +156,21 @@ func checkJSON(h http.Header) *problem.Problem {
 }
 
 func (h *handlers) readBody(c *gin.Context) ([]byte, *problem.Problem) {
-	tooLarge := problem.New(http.StatusRequestEntityTooLarge, problem.CodeTooLarge, "Request too large",
-		fmt.Sprintf("the body must be at most %d bytes", h.cfg.BodyLimit))
+	tooLarge := func() *problem.Problem {
+		return problem.New(http.StatusRequestEntityTooLarge, problem.CodeTooLarge, "Request too large",
+			fmt.Sprintf("the body must be at most %d bytes", h.cfg.BodyLimit))
+	}
 	if c.Request.ContentLength > h.cfg.BodyLimit {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	// The HTTP server gives the body a deadline (--http-body-timeout); a body
 	// that misses it fails the read with a timeout.
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, h.cfg.BodyLimit))
+	body, err := readAll(http.MaxBytesReader(c.Writer, c.Request.Body, h.cfg.BodyLimit), c.Request.ContentLength)
 	var mbe *http.MaxBytesError
 	var ne net.Error
 	switch {
 	case errors.As(err, &mbe):
-		return nil, tooLarge
+		return nil, tooLarge()
 	case errors.As(err, &ne) && ne.Timeout():
 		c.Header("Connection", "close")
 		return nil, problem.New(http.StatusRequestTimeout, problem.CodeTimeout, "Request timeout",
@@ -179,6 +181,31 @@ func (h *handlers) readBody(c *gin.Context) ([]byte, *problem.Problem) {
 	return body, nil
 }
 
+// readAll is io.ReadAll with the buffer sized by the declared length (up to
+// 16 KiB, so that a client that declares much and sends little does not
+// make the server hold it), so that an order is read into one allocation
+// instead of a growing series. A body longer or shorter than declared is
+// read all the same (net/http bounds it by the length).
+func readAll(r io.Reader, declared int64) ([]byte, error) {
+	if declared <= 0 {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, min(declared, 16<<10)+1) // +1: the read that sees EOF needs room
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow as io.ReadAll does
+		}
+	}
+}
+
 // getOrder is GET /v1/orders/{id}, with ?wait= for long polling.
 func (h *handlers) getOrder(c *gin.Context) {
 	wait, p := h.waitParam(c.Query("wait"))
@@ -186,7 +213,7 @@ func (h *handlers) getOrder(c *gin.Context) {
 		writeProblem(c, p)
 		return
 	}
-	v, err := h.svc.Order(c.Request.Context(), c.GetString(tenantKey), c.Param("id"), wait)
+	v, err := h.svc.Order(c.Request.Context(), h.tenant(c), c.Param("id"), wait)
 	if err != nil {
 		h.writeError(c, err)
 		return
@@ -252,7 +279,7 @@ func capSeconds(s string, limit time.Duration) time.Duration {
 
 // getOrderEvents is GET /v1/orders/{id}/events.
 func (h *handlers) getOrderEvents(c *gin.Context) {
-	b, err := h.svc.OrderEvents(c.Request.Context(), c.GetString(tenantKey), c.Param("id"))
+	b, err := h.svc.OrderEvents(c.Request.Context(), h.tenant(c), c.Param("id"))
 	if err != nil {
 		h.writeError(c, err)
 		return
