@@ -37,9 +37,9 @@ type CLI struct {
 	LogFormat string     `name:"log-format" env:"ORDERLY_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
 
 	Serve       ServeCmd       `cmd:"" help:"Run the API and the processor (and, with --roles, the optional projector) in one process, with an embedded NATS server unless --nats-url is set."`
-	API         RoleCmd        `cmd:"" name:"api" help:"Run only the HTTP API against a NATS cluster (--nats-url)."`
-	Processor   RoleCmd        `cmd:"" help:"Run only the processor (CreateOrder -> events) against a NATS cluster (--nats-url)."`
-	Projector   RoleCmd        `cmd:"" help:"Run only the projector against a NATS cluster (--nats-url): optional; it writes each key's response again from the events (needs orderly setup --projector)."`
+	API         APICmd         `cmd:"" name:"api" help:"Run only the HTTP API against a NATS cluster (--nats-url)."`
+	Processor   ProcessorCmd   `cmd:"" help:"Run only the processor (CreateOrder -> events) against a NATS cluster (--nats-url)."`
+	Projector   ProjectorCmd   `cmd:"" help:"Run only the projector against a NATS cluster (--nats-url): optional; it writes each key's response again from the events (needs orderly setup --projector)."`
 	Setup       SetupCmd       `cmd:"" help:"Create (or, with --update-topology, update) the streams, the bucket and the consumers on a NATS cluster, with the operator's credentials. The roles only wait for them."`
 	Credentials CredentialsCmd `cmd:"" help:"Create the NATS users' credentials and the nats-server configuration that declares them."`
 	Events      EventsCmd      `cmd:"" help:"Read the order events: tail."`

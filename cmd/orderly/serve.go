@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alecthomas/kong"
-
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -60,34 +58,51 @@ func (t TopologyFlags) topology() jsstore.Topology {
 	return topo
 }
 
-// OrderFlags are the HTTP and processing settings.
-type OrderFlags struct {
-	HTTPAddr        string        `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address (the API, or a processor's or projector's /healthz, /readyz and /metrics)."`
-	Wait            time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
-	MaxWait         time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
-	BodyLimit       int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
-	HeaderTimeout   time.Duration `name:"http-header-timeout" env:"ORDERLY_HTTP_HEADER_TIMEOUT" default:"10s" help:"How long a client may take to send a request's headers."`
-	BodyTimeout     time.Duration `name:"http-body-timeout" env:"ORDERLY_HTTP_BODY_TIMEOUT" default:"10s" help:"How long a client may take to send a request body (408 after, nothing stored). Long polls are not limited by it."`
-	IdleTimeout     time.Duration `name:"http-idle-timeout" env:"ORDERLY_HTTP_IDLE_TIMEOUT" default:"60s" help:"How long a keep-alive connection may stay idle."`
-	MaxHeaderBytes  int           `name:"http-max-header-bytes" env:"ORDERLY_HTTP_MAX_HEADER_BYTES" default:"32768" help:"Largest size of a request's headers (431 above)."`
-	MaxConns        int           `name:"http-max-conns" env:"ORDERLY_HTTP_MAX_CONNS" default:"0" help:"Most HTTP connections open at once; more wait in the listen queue, so that clients never take the file descriptors the store needs. 0: half of the open-file limit (ulimit -n), between 64 and 16384."`
-	TokensFile      string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant."`
-	ResultCache     int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"16384" help:"How many completed results the API keeps in memory for replays (about 1 KiB each)."`
-	BatchWrites     string        `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" enum:"auto,on,off" default:"auto" help:"Group concurrent writes to each stream into atomic batches, one commit and one disk sync per batch (group commit): on, off, or auto: on with serve --fsync always, where it raised the sync rate by 30-80% (docs/adr/0009), off otherwise (against --nats-url, set it on when the servers sync every write)."`
-	MemoryLimit     string        `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" help:"Soft limit of the Go heap, such as 400MiB: the garbage collector works harder to stay under it (see docs/performance.md). Empty: the Go default (GOMEMLIMIT)."`
-	PprofAddr       string        `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof) on this address, such as 127.0.0.1:6060; empty: off."`
-	Concurrency     int           `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"1024" help:"Commands one processor has in hand at once, handled in batches of up to a quarter of it (each batch waits once for its claims and once for its events: docs/adr/0011)."`
-	OTLPEndpoint    string        `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
-	TraceRatio      float64       `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
-	OrderIDs        string        `name:"order-ids" env:"ORDERLY_ORDER_IDS" enum:"auto,nonce,keyed" default:"auto" help:"Form of the IDs of new orders. keyed: ord_ + 13 characters of the command's sequence + 20 of the hashed idempotency key; the order's event, on orders.events.<kind>.<key>.<seq>, is its key's claim (two stored messages per order, nothing in ORDER_RESULTS), and an order that loses its key stores no event and reads as 303 to the holder (docs/adr/0010). nonce: ord_ + the sequence + 13 random characters, the key claimed in ORDER_RESULTS. auto: the form stored with the topology (keyed when this version created it; orderly setup --order-ids changes it), followed as it changes."`
-	ProjConcurrency int           `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"128" help:"Events one projector handles at once."`
+// RunFlags are the settings of every long-running process: its HTTP
+// listener (the API, or a processor's or projector's /healthz, /readyz and
+// /metrics), its writes and its runtime.
+type RunFlags struct {
+	HTTPAddr     string  `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address (the API, or a processor's or projector's /healthz, /readyz and /metrics)."`
+	BatchWrites  string  `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" enum:"auto,on,off" default:"auto" help:"Group concurrent writes to each stream into atomic batches, one commit and one disk sync per batch (group commit): on, off, or auto: on with serve --fsync always, where it raised the sync rate by 30-80% (docs/adr/0009), off otherwise (against --nats-url, set it on when the servers sync every write)."`
+	MemoryLimit  string  `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" help:"Soft limit of the Go heap, such as 400MiB: the garbage collector works harder to stay under it (see docs/performance.md). Empty: the Go default (GOMEMLIMIT)."`
+	PprofAddr    string  `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof) on this address, such as 127.0.0.1:6060; empty: off."`
+	OTLPEndpoint string  `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
+	TraceRatio   float64 `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
+}
+
+// APIFlags are the HTTP API's settings.
+type APIFlags struct {
+	Wait           time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
+	MaxWait        time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
+	BodyLimit      int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
+	HeaderTimeout  time.Duration `name:"http-header-timeout" env:"ORDERLY_HTTP_HEADER_TIMEOUT" default:"10s" help:"How long a client may take to send a request's headers."`
+	BodyTimeout    time.Duration `name:"http-body-timeout" env:"ORDERLY_HTTP_BODY_TIMEOUT" default:"10s" help:"How long a client may take to send a request body (408 after, nothing stored). Long polls are not limited by it."`
+	IdleTimeout    time.Duration `name:"http-idle-timeout" env:"ORDERLY_HTTP_IDLE_TIMEOUT" default:"60s" help:"How long a keep-alive connection may stay idle."`
+	MaxHeaderBytes int           `name:"http-max-header-bytes" env:"ORDERLY_HTTP_MAX_HEADER_BYTES" default:"32768" help:"Largest size of a request's headers (431 above)."`
+	MaxConns       int           `name:"http-max-conns" env:"ORDERLY_HTTP_MAX_CONNS" default:"0" help:"Most HTTP connections open at once; more wait in the listen queue, so that clients never take the file descriptors the store needs. 0: half of the open-file limit (ulimit -n), between 64 and 16384."`
+	TokensFile     string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant."`
+	ResultCache    int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"16384" help:"How many completed results the API keeps in memory for replays (about 1 KiB each)."`
+	OrderIDs       string        `name:"order-ids" env:"ORDERLY_ORDER_IDS" enum:"auto,nonce,keyed" default:"auto" help:"Form of the IDs of new orders. keyed: ord_ + 13 characters of the command's sequence + 20 of the hashed idempotency key; the order's event, on orders.events.<kind>.<key>.<seq>, is its key's claim (two stored messages per order, nothing in ORDER_RESULTS), and an order that loses its key stores no event and reads as 303 to the holder (docs/adr/0010). nonce: ord_ + the sequence + 13 random characters, the key claimed in ORDER_RESULTS. auto: the form stored with the topology (keyed when this version created it; orderly setup --order-ids changes it), followed as it changes."`
+}
+
+// ProcessorFlags are the processor's settings.
+type ProcessorFlags struct {
+	Concurrency int `name:"processor-concurrency" env:"ORDERLY_PROCESSOR_CONCURRENCY" default:"1024" help:"Commands one processor has in hand at once, handled in batches of up to a quarter of it (each batch waits once for its claims and once for its events: docs/adr/0011)."`
+}
+
+// ProjectorFlags are the optional projector's settings.
+type ProjectorFlags struct {
+	ProjConcurrency int `name:"projector-concurrency" env:"ORDERLY_PROJECTOR_CONCURRENCY" default:"128" help:"Events one projector handles at once."`
 }
 
 // ServeCmd runs everything in one process.
 type ServeCmd struct {
 	NATSFlags
 	TopologyFlags
-	OrderFlags
+	RunFlags
+	APIFlags
+	ProcessorFlags
+	ProjectorFlags
 	DataDir         string        `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data, and the NATS credentials (credentials/*.nk, mode 0600)."`
 	NATSListen      string        `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services (with the credentials under <data-dir>/credentials); empty: in-process only."`
 	Roles           []string      `name:"roles" env:"ORDERLY_ROLES" default:"api,processor" enum:"api,processor,projector" help:"Components to run in this process: api, processor, projector. The projector is optional: the processor stores each key's response itself; a projector writes the same responses again from the events (after restoring ORDER_EVENTS alone, or to complete the keys an earlier version left pending)."`
@@ -118,14 +133,17 @@ func (c *ServeCmd) config() (server.Config, error) {
 			roles.Projector = true
 		}
 	}
-	cfg, err := c.OrderFlags.config(roles)
-	if err != nil {
+	cfg := c.RunFlags.config(roles)
+	if err := c.APIFlags.apply(&cfg); err != nil {
 		return cfg, err
 	}
+	c.ProcessorFlags.apply(&cfg)
+	c.ProjectorFlags.apply(&cfg)
 	c.NATSFlags.apply(&cfg)
 	cfg.Topology = c.TopologyFlags.topology()
 	cfg.DataDir = c.DataDir
 	cfg.NATSListen = c.NATSListen
+	var err error
 	if cfg.Fsync, err = natsserver.ParseFsync(c.Fsync); err != nil {
 		return cfg, err
 	}
@@ -141,28 +159,57 @@ func (c *ServeCmd) config() (server.Config, error) {
 	return cfg, nil
 }
 
-// RoleCmd runs one role against an existing NATS.
-type RoleCmd struct {
+// APICmd is orderly api: the HTTP API alone, against a NATS cluster.
+type APICmd struct {
 	NATSFlags
-	OrderFlags
+	RunFlags
+	APIFlags
 }
 
-// Run runs one role; which one is the command's name.
-func (c *RoleCmd) Run(g *globals, kctx *kong.Context) error {
-	roles := map[string]server.Roles{
-		"api":       {API: true},
-		"processor": {Processor: true},
-		"projector": {Projector: true},
-	}[kctx.Selected().Name]
-	if c.NATSURL == "" {
-		return errors.New("--nats-url is required: the separate roles run against a NATS (cluster); use 'orderly serve' for one process with an embedded server")
-	}
-	cfg, err := c.OrderFlags.config(roles)
-	if err != nil {
+// Run runs the API.
+func (c *APICmd) Run(g *globals) error {
+	cfg := c.RunFlags.config(server.Roles{API: true})
+	if err := c.APIFlags.apply(&cfg); err != nil {
 		return err
 	}
-	c.NATSFlags.apply(&cfg)
-	return runServer(g, cfg, c.MemoryLimit)
+	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit)
+}
+
+// ProcessorCmd is orderly processor: the processor alone.
+type ProcessorCmd struct {
+	NATSFlags
+	RunFlags
+	ProcessorFlags
+}
+
+// Run runs the processor.
+func (c *ProcessorCmd) Run(g *globals) error {
+	cfg := c.RunFlags.config(server.Roles{Processor: true})
+	c.ProcessorFlags.apply(&cfg)
+	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit)
+}
+
+// ProjectorCmd is orderly projector: the optional projector alone.
+type ProjectorCmd struct {
+	NATSFlags
+	RunFlags
+	ProjectorFlags
+}
+
+// Run runs the projector.
+func (c *ProjectorCmd) Run(g *globals) error {
+	cfg := c.RunFlags.config(server.Roles{Projector: true})
+	c.ProjectorFlags.apply(&cfg)
+	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit)
+}
+
+// runRole runs one role against the NATS that n names.
+func runRole(g *globals, n NATSFlags, cfg server.Config, memoryLimit string) error {
+	if n.NATSURL == "" {
+		return errors.New("--nats-url is required: the separate roles run against a NATS (cluster); use 'orderly serve' for one process with an embedded server")
+	}
+	n.apply(&cfg)
+	return runServer(g, cfg, memoryLimit)
 }
 
 func (n NATSFlags) apply(cfg *server.Config) {
@@ -172,30 +219,36 @@ func (n NATSFlags) apply(cfg *server.Config) {
 	cfg.StartupTimeout = n.StartupTimeout
 }
 
-func (c *OrderFlags) config(roles server.Roles) (server.Config, error) {
+func (c *RunFlags) config(roles server.Roles) server.Config {
 	cfg := server.DefaultConfig()
 	cfg.Roles = roles
 	cfg.HTTPAddr = c.HTTPAddr
+	cfg.PprofAddr = c.PprofAddr
+	cfg.Tracing.Endpoint, cfg.Tracing.SampleRatio = c.OTLPEndpoint, c.TraceRatio
+	cfg.BatchWrites = c.BatchWrites == "on"
+	return cfg
+}
+
+func (c *APIFlags) apply(cfg *server.Config) error {
 	cfg.API.Wait = c.Wait
 	cfg.API.MaxWait = c.MaxWait
 	cfg.API.BodyLimit = c.BodyLimit
 	cfg.HTTP = server.HTTPLimits{HeaderTimeout: c.HeaderTimeout, BodyTimeout: c.BodyTimeout, IdleTimeout: c.IdleTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxConns: c.MaxConns}
 	cfg.Hub.CacheSize = c.ResultCache
-	cfg.PprofAddr = c.PprofAddr
-	cfg.Tracing.Endpoint, cfg.Tracing.SampleRatio = c.OTLPEndpoint, c.TraceRatio
-	cfg.BatchWrites = c.BatchWrites == "on"
-	cfg.Processor.Concurrency = c.Concurrency
-	cfg.Projector.Concurrency = c.ProjConcurrency
 	cfg.OrderIDs = c.OrderIDs
 	if c.TokensFile != "" {
 		tokens, err := readTokens(c.TokensFile)
 		if err != nil {
-			return cfg, err
+			return err
 		}
 		cfg.API.Tokens = tokens
 	}
-	return cfg, nil
+	return nil
 }
+
+func (c *ProcessorFlags) apply(cfg *server.Config) { cfg.Processor.Concurrency = c.Concurrency }
+
+func (c *ProjectorFlags) apply(cfg *server.Config) { cfg.Projector.Concurrency = c.ProjConcurrency }
 
 func runServer(g *globals, cfg server.Config, memoryLimit string) error {
 	if memoryLimit != "" {
