@@ -77,3 +77,37 @@ func serveConfig(t *testing.T, args string) server.Config {
 	}
 	return cfg
 }
+
+// TestRolesTakeTheirOwnFlags: each role accepts the flags of what it runs and
+// refuses the others' (a processor given --wait would ignore it silently).
+func TestRolesTakeTheirOwnFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range []string{
+		"api --nats-url nats://x --wait 5s --tokens-file t --order-ids keyed --http-max-conns 10",
+		"processor --nats-url nats://x --processor-concurrency 64 --batch-writes on --http-addr :9090",
+		"projector --nats-url nats://x --projector-concurrency 8 --memory-limit 400MiB",
+		"serve --wait 5s --processor-concurrency 64 --projector-concurrency 8 --order-ids nonce",
+	} {
+		parseCLI(t, args)
+	}
+	for _, args := range []string{
+		"processor --nats-url nats://x --wait 5s",
+		"processor --nats-url nats://x --tokens-file t",
+		"processor --nats-url nats://x --order-ids keyed",
+		"projector --nats-url nats://x --processor-concurrency 64",
+		"api --nats-url nats://x --projector-concurrency 8",
+	} {
+		var cli CLI
+		parser, err := kong.New(&cli, kong.Name("orderly"), kong.Exit(func(int) {}), kong.Writers(io.Discard, io.Discard))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parser.Parse(strings.Fields(args)); err == nil || !strings.Contains(err.Error(), "unknown flag") {
+			t.Errorf("%s: %v, want an unknown flag", args, err)
+		}
+	}
+	cli := parseCLI(t, "processor --nats-url nats://x --processor-concurrency 64")
+	if cfg := cli.Processor.RunFlags.config(server.Roles{Processor: true}); cfg.HTTPAddr != "127.0.0.1:8080" {
+		t.Errorf("processor http addr %q", cfg.HTTPAddr)
+	}
+}
