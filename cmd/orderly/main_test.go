@@ -228,6 +228,12 @@ func TestOperatorTools(t *testing.T) {
 	if out, err := tool("keys", "get", "never-used"); err != nil || !strings.Contains(out, "none") {
 		t.Errorf("keys get of an unused key: %v\n%s", err, out)
 	}
+	if out, err := tool("status"); err != nil || !strings.Contains(out, "order IDs of new orders: keyed") {
+		t.Errorf("status does not show the stored form of order IDs: %v\n%s", err, out)
+	}
+	if out, err := tool("status", "--json"); err != nil || !strings.Contains(out, `"order_ids": "keyed"`) {
+		t.Errorf("status --json does not show the stored form of order IDs: %v\n%s", err, out)
+	}
 	if out, err := tool("dlq", "list"); err != nil || !strings.Contains(out, "no dead letters") {
 		t.Errorf("dlq list: %v\n%s", err, out)
 	}

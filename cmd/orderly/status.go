@@ -34,6 +34,9 @@ type streamStatus struct {
 	Pending   uint64   `json:"pending,omitempty"`
 	InFlight  int      `json:"in_flight,omitempty"`
 	Redeliver int      `json:"redelivered,omitempty"`
+	// OrderIDs is the form of new orders' IDs stored with ORDER_COMMANDS
+	// (keyed or nonce: ADR 0010), on that stream's line.
+	OrderIDs string `json:"order_ids,omitempty"`
 }
 
 // Run prints the streams' state.
@@ -52,6 +55,9 @@ func (c *StatusCmd) Run(g *globals) error {
 		}
 		info := s.CachedInfo()
 		st := streamStatus{Stream: name, Messages: info.State.Msgs, Bytes: info.State.Bytes, Replicas: info.Config.Replicas}
+		if name == events.CommandStream {
+			st.OrderIDs = jsstore.OrderIDsOf(info.Config)
+		}
 		if cl := info.Cluster; cl != nil {
 			st.Leader = cl.Leader
 			for _, p := range cl.Replicas {
@@ -96,5 +102,13 @@ func (c *StatusCmd) Run(g *globals) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\n", st.Stream, st.Messages, st.Bytes, st.Replicas, orNone(st.Leader),
 			orNone(strings.Join(append(st.Lagging, st.Offline...), ",")), orNone(st.Consumer), st.Pending, st.InFlight, st.Redeliver)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, st := range out {
+		if st.OrderIDs != "" {
+			fmt.Printf("\norder IDs of new orders: %s (stored with %s; APIs with --order-ids auto follow it; orderly setup --order-ids changes it)\n", st.OrderIDs, st.Stream)
+		}
+	}
+	return nil
 }

@@ -95,10 +95,17 @@ func StoredOrderIDs(ctx context.Context, js jetstream.JetStream) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("stream %s: %w", events.CommandStream, storeErr(err))
 	}
-	if s.CachedInfo().Config.Metadata[OrderIDsKey] == OrderIDsKeyed {
-		return OrderIDsKeyed, nil
+	return OrderIDsOf(s.CachedInfo().Config), nil
+}
+
+// OrderIDsOf is the form of order IDs that the command stream's config
+// stores: keyed, or nonce when it names none (a topology created before
+// keyed IDs).
+func OrderIDsOf(cfg jetstream.StreamConfig) string {
+	if cfg.Metadata[OrderIDsKey] == OrderIDsKeyed {
+		return OrderIDsKeyed
 	}
-	return OrderIDsNonce, nil
+	return OrderIDsNonce
 }
 
 // DefaultTopology is the topology of a standalone orderly.
