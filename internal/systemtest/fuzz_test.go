@@ -96,6 +96,8 @@ var httpSeeds = []struct{ method, target, headers, body string }{
 	{"POST", "/v1/orders", "Idempotency-Key: \xff\xfe", "\x00\x01"},
 	{"GET", "/v1/orders/ord_0000000000001TQGB1N98BMXH0?wait=99999999999999999999", "", ""},
 	{"GET", "/v1/orders/%3E/events", "", ""},
+	{"GET", "/v1/orders/ord_0000000000000N0NCE0000000A", "", ""},               // sequence 0: was a 500
+	{"GET", "/v1/orders/ord_0000000000000AYgtf0Exck_pdTHqc6a4/events", "", ""}, // keyed, sequence 0
 	{"GET", "/v1/orders/" + strings.Repeat("z", 5000) + "/events", "", ""},
 	{"HEAD", "/readyz", "", ""},
 	{"M000001", "/metrics", "", ""},
@@ -193,6 +195,7 @@ func TestHTTPRandomInputs(t *testing.T) {
 var (
 	fuzzMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "M000001", "get", "", "G\x00ET"}
 	fuzzTargets = []string{"/v1/orders", "/v1/orders/", "/v1/orders/ord_0000000000001TQGB1N98BMXH0", "/v1/orders/ord_0000000000001TQGB1N98BMXH0/events",
+		"/v1/orders/ord_0000000000001AYgtf0Exck_pdTHqc6a4", "/v1/orders/ord_0000000000000AYgtf0Exck_pdTHqc6a4/events",
 		"/v1/orders/%3E", "/v1/orders/*", "/v1/orders/a.b", "/v1/orders/..%2F..", "/healthz", "/readyz", "/metrics", "/openapi.json",
 		"*", "/", "//v1//orders", "/v1/orders?wait=1e309", "/v1/orders/x?wait=-5", "/v1/orders/x?wait=%00", "http://other/v1/orders"}
 	fuzzHeaders = []string{"Content-Type: application/json", "Content-Type: text/plain", "Content-Type: application/json; charset=latin1",
