@@ -540,3 +540,77 @@ func TestNewServiceChecksDependencies(t *testing.T) {
 		t.Fatal("bad config accepted")
 	}
 }
+
+// fakeDurable counts the waits and answers with err.
+type fakeDurable struct {
+	mu    sync.Mutex
+	waits int
+	err   error
+}
+
+func (d *fakeDurable) Wait(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.waits++
+	return d.err
+}
+
+// TestAnswersWaitForTheStoresSync: with Deps.Durable (serve --fsync group)
+// every answer that tells what the store holds waits for a sync first (a new
+// order, a replay, a key reused, a read of an order and of its events); one
+// that tells nothing stored does not; a sync that fails makes a new order's
+// outcome unknown and a read unavailable.
+func TestAnswersWaitForTheStoresSync(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	d := &fakeDurable{}
+	f.svc.deps.Durable = d
+	check := func(what string, want int) {
+		t.Helper()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.waits != want {
+			t.Fatalf("%s: %d waits for the sync, want %d", what, d.waits, want)
+		}
+	}
+	out, err := f.svc.Submit(ctx, submit(0, 0))
+	if err != nil || out.Kind != Accepted {
+		t.Fatalf("submit: %+v %v", out, err)
+	}
+	check("a new order (202)", 1)
+	f.cache.Remember(key, completed(out.OrderID, "fp"))
+	if out, err := f.svc.Submit(ctx, submit(0, 0)); err != nil || out.Kind != Completed {
+		t.Fatalf("replay: %+v %v", out, err)
+	}
+	check("a replay", 2)
+	other := submit(0, 0)
+	other.Fingerprint = "other"
+	if _, err := f.svc.Submit(ctx, other); !errors.As(err, new(*KeyReusedError)) {
+		t.Fatalf("key reused: %v", err)
+	}
+	check("a key reused (422)", 3)
+	if _, err := f.svc.Order(ctx, "t", out.OrderID, 0); err != nil {
+		t.Fatal(err)
+	}
+	check("a read of the order", 4)
+	f.orders.m[out.OrderID] = idempotency.Order{Tenant: "t", Status: idempotency.StatusCreated, Body: []byte("{}")}
+	if _, err := f.svc.OrderEvents(ctx, "t", out.OrderID); err != nil {
+		t.Fatal(err)
+	}
+	check("a read of its events", 5)
+	if _, err := f.svc.Order(ctx, "t", events.OrderID(99, "N0NCE0000000A"), 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown order: %v", err)
+	}
+	check("a read of an order that does not exist", 5)
+
+	d.err = errors.New("EIO")
+	fresh := submit(0, 0)
+	fresh.KeyHash = idempotency.KeyHash("t", "k2")
+	if _, err := f.svc.Submit(ctx, fresh); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a new order whose sync failed: %v, want outcome unknown", err)
+	}
+	if _, err := f.svc.Order(ctx, "t", out.OrderID, 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a read whose sync failed: %v, want unavailable", err)
+	}
+}

@@ -17,6 +17,11 @@ import (
 // state it has then. An ID that is not an order ID is ErrNotFound, without
 // any read.
 func (s *Service) Order(ctx context.Context, tenant, orderID string, wait time.Duration) (idempotency.Order, error) {
+	o, err := s.order(ctx, tenant, orderID, wait)
+	return o, s.durable(ctx, err, ErrUnavailable)
+}
+
+func (s *Service) order(ctx context.Context, tenant, orderID string, wait time.Duration) (idempotency.Order, error) {
 	if !events.ValidOrderID(orderID) {
 		return idempotency.Order{}, ErrNotFound
 	}
@@ -143,7 +148,7 @@ func (s *Service) OrderEvents(ctx context.Context, tenant, orderID string) ([]by
 		return nil, ErrNotFound
 	}
 	_, event, err := s.currentOrder(ctx, tenant, orderID)
-	if err != nil {
+	if err = s.durable(ctx, err, ErrUnavailable); err != nil {
 		return nil, err
 	}
 	var b bytes.Buffer

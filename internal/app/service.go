@@ -81,6 +81,29 @@ type Deps struct {
 	Watcher  Watcher
 	Commands Commands
 	Orders   Orders
+	// Durable, when set, makes every answer that tells what the store holds
+	// wait until that is on disk (serve --fsync group, internal/durable).
+	Durable Durable
+}
+
+// Durable waits for a sync of the store that starts after the call.
+type Durable interface {
+	Wait(ctx context.Context) error
+}
+
+// durable returns err once what the answer says is durable (Deps.Durable),
+// or the error that says why it may not be. Errors that reveal nothing
+// stored (no such order, NATS unavailable) need no wait.
+func (s *Service) durable(ctx context.Context, err error, failed error) error {
+	var reused *KeyReusedError
+	var superseded *SupersededError
+	if s.deps.Durable == nil || (err != nil && !errors.As(err, &reused) && !errors.As(err, &superseded)) {
+		return err
+	}
+	if werr := s.deps.Durable.Wait(ctx); werr != nil {
+		return fmt.Errorf("%w: the store's sync: %v", failed, werr)
+	}
+	return err
 }
 
 // Errors of the use cases. The HTTP layer maps them to statuses.

@@ -57,6 +57,11 @@ type Outcome struct {
 // processor's claim turns any command that still slips through into a
 // rejection that names the holder (see package processor).
 func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
+	out, err := s.submit(ctx, in)
+	return out, s.durable(ctx, err, ErrOutcomeUnknown)
+}
+
+func (s *Service) submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 	if r, ok := s.deps.Cache.CachedResult(in.KeyHash); ok {
 		return s.existing(ctx, in, r, nil)
 	}

@@ -20,24 +20,25 @@ import (
 // survived the kills. It runs with each form of order ID (serve --order-ids):
 // with keyed IDs a retry stored past the duplicate window while the first
 // command is undecided loses the key and stores no event, and its Location
-// answers 303 to the holder, which the checker follows.
+// answers 303 to the holder, which the checker follows. And with --fsync
+// group, whose answers wait for orderly's own sync rounds (ADR 0012).
 func TestKill9MidLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills a binary; run without -short")
 	}
 	t.Parallel()
 	bin := orderlytest.BuildOrderly(t)
-	for _, ids := range []string{"nonce", "keyed"} {
-		t.Run(ids, func(t *testing.T) { kill9MidLoad(t, bin, ids) })
+	for _, run := range []struct{ ids, fsync string }{{"nonce", "1s"}, {"keyed", "1s"}, {"keyed", "group"}} {
+		t.Run(run.ids+"/fsync="+run.fsync, func(t *testing.T) { kill9MidLoad(t, bin, run.ids, run.fsync) })
 	}
 }
 
-func kill9MidLoad(t *testing.T, bin, orderIDs string) {
+func kill9MidLoad(t *testing.T, bin, orderIDs, fsync string) {
 	httpPort, natsPort := orderlytest.FreePort(t), orderlytest.FreePort(t)
 	dataDir := t.TempDir()
 	p := &orderlytest.Process{T: t, Bin: bin, URL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), Args: []string{"serve",
 		"--data-dir", dataDir, "--http-addr", "127.0.0.1:" + strconv.Itoa(httpPort),
-		"--nats-listen", "127.0.0.1:" + strconv.Itoa(natsPort), "--dedup-window", "2s", "--order-ids", orderIDs}}
+		"--nats-listen", "127.0.0.1:" + strconv.Itoa(natsPort), "--dedup-window", "2s", "--order-ids", orderIDs, "--fsync", fsync}}
 	p.Start()
 	t.Cleanup(p.Kill9)
 

@@ -28,16 +28,29 @@ type Fsync struct {
 	// process crash loses nothing (the page cache survives); power loss or an OS
 	// crash loses up to Interval of acknowledged writes.
 	Interval time.Duration
+	// Group: the server syncs every Interval (GroupInterval) in the
+	// background, and orderly answers a client only after a sync of its own
+	// that started after the answer was known (internal/durable: one group
+	// commit for all concurrent answers). What a client was told survives
+	// power loss; an event consumer may still see an event that power loss
+	// takes back, as with an interval.
+	Group bool
 }
 
-// ParseFsync parses "always" or a Go duration such as "1s" or "2m".
+// GroupInterval is the server's background sync with Group.
+const GroupInterval = time.Second
+
+// ParseFsync parses "always", "group" or a Go duration such as "1s" or "2m".
 func ParseFsync(s string) (Fsync, error) {
 	if strings.EqualFold(strings.TrimSpace(s), "always") {
 		return Fsync{Always: true}, nil
 	}
+	if strings.EqualFold(strings.TrimSpace(s), "group") {
+		return Fsync{Group: true, Interval: GroupInterval}, nil
+	}
 	d, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil || d <= 0 {
-		return Fsync{}, fmt.Errorf("fsync must be \"always\" or a positive duration such as 1s, got %q", s)
+		return Fsync{}, fmt.Errorf("fsync must be \"always\", \"group\" or a positive duration such as 1s, got %q", s)
 	}
 	return Fsync{Interval: d}, nil
 }
@@ -46,6 +59,9 @@ func ParseFsync(s string) (Fsync, error) {
 func (f Fsync) String() string {
 	if f.Always {
 		return "always"
+	}
+	if f.Group {
+		return "group"
 	}
 	return f.Interval.String()
 }

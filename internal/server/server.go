@@ -42,6 +42,7 @@ import (
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/internal/datadir"
+	"github.com/orderly-dev/orderly/internal/durable"
 	"github.com/orderly-dev/orderly/internal/hub"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
@@ -223,6 +224,11 @@ func (c Config) Validate() error {
 	if c.NATSURL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is empty"))
 	}
+	if c.Fsync.Group && (c.NATSURL != "" || c.Cluster != nil) {
+		// The group commit syncs the embedded server's files, and a stream of
+		// several replicas is written by the server in the background.
+		errs = append(errs, errors.New("fsync group needs the embedded server, alone (not --nats-url or a cluster)"))
+	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("http addr %q: %w", c.HTTPAddr, err))
 	}
@@ -273,6 +279,7 @@ type Server struct {
 	ns        *nserver.Server
 	nc        *nats.Conn
 	hub       *hub.Hub
+	durable   *durable.Syncer // with --fsync group: the answers' group commit
 	svc       *app.Service
 	http      *http.Server
 	httpLn    net.Listener
@@ -437,6 +444,16 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 			// The disk guard follows the real free space; nats-server's own
 			// default limit is fixed at start and outlives a disk that grows.
 			ncfg.MaxStore = unboundedStore
+		}
+		if s.cfg.Fsync.Group {
+			// Commands before the responses and events they lead to: a round
+			// that stops half way never keeps an effect without its cause.
+			files := durable.NewStreamFiles(abs, natsauth.Account, events.CommandStream, jsstore.ResultsStream, events.EventStream)
+			s.durable = durable.New(files.Sync)
+			s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "orderly_group_syncs_total",
+				Help: "Sync rounds of --fsync group: each makes durable what the answers waiting for it say.",
+			}, func() float64 { return float64(s.durable.Rounds()) }))
 		}
 		ns, err := natsserver.Start(ctx, ncfg)
 		if err != nil {
@@ -719,9 +736,13 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 	if s.cfg.KeysAlwaysNew {
 		cache = keysAlwaysNew{h}
 	}
-	svc, err := app.NewService(acfg, app.Deps{
+	deps := app.Deps{
 		Results: keyAnswers{bucket: results, events: evs, ttl: results.TTL(), now: time.Now}, Cache: cache, Watcher: h, Commands: commands, Orders: projections.NewOrders(evs),
-	}, s.logger)
+	}
+	if s.durable != nil {
+		deps.Durable = s.durable
+	}
+	svc, err := app.NewService(acfg, deps, s.logger)
 	if err != nil {
 		return err
 	}
@@ -921,6 +942,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	if s.hub != nil {
 		s.hub.Stop()
+	}
+	if s.durable != nil {
+		s.durable.Stop()
 	}
 	for _, p := range s.pipelines {
 		if err := p.Close(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -235,5 +237,55 @@ func fill(t *testing.T, path string) {
 		if _, err := f.Write(buf); err != nil {
 			return // ENOSPC
 		}
+	}
+}
+
+// TestFsyncGroup: with --fsync group every answer waits for a sync round of
+// the streams' files (internal/durable; ADR 0012): orders are answered,
+// replayed and read as with any other setting, each answer after a round,
+// and the setting is refused where orderly cannot sync the files itself.
+func TestFsyncGroup(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Fsync = natsserver.Fsync{Group: true, Interval: natsserver.GroupInterval}
+	inst := orderlytest.Start(t, cfg)
+	rounds := func() float64 {
+		t.Helper()
+		for _, line := range strings.Split(string(orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil).Body), "\n") {
+			if v, ok := strings.CutPrefix(line, "orderly_group_syncs_total "); ok {
+				n, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatal("no orderly_group_syncs_total")
+		return 0
+	}
+	before := rounds()
+	created := inst.PostOrder(t, "group-1", orderlytest.Order("c-1"))
+	if created.Status != http.StatusCreated {
+		t.Fatalf("%d %s", created.Status, created.Body)
+	}
+	afterPost := rounds()
+	if afterPost <= before {
+		t.Fatalf("a 201 answered with %v sync rounds before and %v after", before, afterPost)
+	}
+	if r := inst.PostOrder(t, "group-1", orderlytest.Order("c-1")); r.Status != http.StatusCreated || !bytes.Equal(r.Body, created.Body) {
+		t.Fatalf("replay: %d %s", r.Status, r.Body)
+	}
+	if r := orderlytest.Do(t, http.MethodGet, inst.URL+created.Header.Get("Location"), nil); r.Status != http.StatusOK || rounds() <= afterPost {
+		t.Fatalf("read: %d, rounds %v after %v", r.Status, rounds(), afterPost)
+	}
+	if r := inst.PostOrder(t, "group-2", orderlytest.Order("c-2"), "Prefer: respond-async"); r.Status != http.StatusAccepted {
+		t.Fatalf("async: %d %s", r.Status, r.Body)
+	}
+
+	bad := orderlytest.Config(t)
+	bad.Fsync = cfg.Fsync
+	bad.NATSURL = "nats://127.0.0.1:1"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "fsync group") {
+		t.Fatalf("fsync group against --nats-url: %v", err)
 	}
 }
