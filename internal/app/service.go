@@ -100,6 +100,8 @@ func (s *Service) durable(ctx context.Context, err error, failed error) error {
 	if s.deps.Durable == nil || (err != nil && !errors.As(err, &reused) && !errors.As(err, &superseded)) {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout) // a disk that stalls costs no more than NATS may
+	defer cancel()
 	if werr := s.deps.Durable.Wait(ctx); werr != nil {
 		return fmt.Errorf("%w: the store's sync: %v", failed, werr)
 	}
