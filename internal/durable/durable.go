@@ -113,7 +113,8 @@ func (s *Syncer) Stop() {
 type StreamFiles struct {
 	dirs   []string
 	newest []int   // per directory: the newest block at the last round
-	size   []int64 // and its size then: a block that has not grown needs no sync
+	size   []int64 // and its size and modification time then: a block that
+	mtime  []int64 // has not changed since needs no sync
 	fsync  func(path string) error
 }
 
@@ -125,6 +126,7 @@ func NewStreamFiles(storeDir, account string, streams ...string) *StreamFiles {
 		f.dirs = append(f.dirs, filepath.Join(storeDir, "jetstream", account, "streams", s, "msgs"))
 		f.newest = append(f.newest, 0)
 		f.size = append(f.size, -1)
+		f.mtime = append(f.mtime, 0)
 	}
 	return f
 }
@@ -146,13 +148,13 @@ func (f *StreamFiles) Sync() error {
 				continue
 			}
 			p := filepath.Join(dir, strconv.Itoa(n)+".blk")
-			size := int64(-1)
+			size, mtime := int64(-1), int64(0)
 			if n == blocks[len(blocks)-1] {
 				if fi, err := os.Stat(p); err == nil {
-					size = fi.Size()
+					size, mtime = fi.Size(), fi.ModTime().UnixNano()
 				}
-				if n == f.newest[i] && size >= 0 && size == f.size[i] {
-					continue // nothing appended since the last round synced it
+				if n == f.newest[i] && size >= 0 && size == f.size[i] && mtime == f.mtime[i] {
+					continue // not written since the last round synced it
 				}
 			}
 			if n > f.newest[i] {
@@ -162,7 +164,7 @@ func (f *StreamFiles) Sync() error {
 				return err // (a block removed since the listing holds nothing to keep)
 			}
 			if n == blocks[len(blocks)-1] {
-				f.size[i] = size // what the sync covered at least
+				f.size[i], f.mtime[i] = size, mtime // what the sync covered at least
 			}
 		}
 		if created {
