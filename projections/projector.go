@@ -29,6 +29,16 @@ type Projection struct {
 	At time.Time
 }
 
+// KeyedAnswer reports whether the event is itself its key's answer: the
+// record of a keyed order (ADR 0010), which ORDER_RESULTS never holds.
+func (p Projection) KeyedAnswer() bool {
+	if p.Record == nil {
+		return false
+	}
+	_, _, keyed := events.ParseKeyedOrderID(p.Record.OrderID)
+	return keyed
+}
+
 // anyOrderEvent holds the data of either kind of order event: the fields of
 // OrderCreated, and those only OrderRejected has.
 type anyOrderEvent struct {
@@ -151,7 +161,7 @@ func (p *Projector) Handle(ctx context.Context, data []byte) error {
 	if proj.Record == nil {
 		return nil // a duplicate of another order: its key answers with that order
 	}
-	if _, _, keyed := events.ParseKeyedOrderID(proj.Record.OrderID); keyed {
+	if proj.KeyedAnswer() {
 		// A keyed order's event is its key's answer (ADR 0010): a record
 		// would only cost memory, and outlive the key by the projector's lag.
 		p.skipped.WithLabelValues("keyed").Inc()

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 )
 
@@ -115,7 +114,7 @@ func Rebuild(ctx context.Context, results RebuildTarget, log EventReader, ttl ti
 		if p.Record == nil || time.Since(p.At) >= ttl {
 			return nil
 		}
-		if _, _, keyed := events.ParseKeyedOrderID(p.Record.OrderID); keyed {
+		if p.KeyedAnswer() {
 			rep.Keyed++
 			return nil
 		}

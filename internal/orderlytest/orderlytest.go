@@ -44,16 +44,16 @@ func Config(t testing.TB) server.Config {
 	cfg.Processor.Concurrency = 8
 	cfg.Projector.Concurrency = 4
 	cfg.ShutdownTimeout = 20 * time.Second
-	cfg.OrderIDs = TestOrderIDs()
+	cfg.OrderIDs = FormOfOrderIDs()
 	return cfg
 }
 
-// TestOrderIDs is the form of order IDs of the tests' instances: the
+// FormOfOrderIDs is the form of order IDs of the tests' instances: the
 // default's (server.OrderIDsAuto: keyed on the fresh topology each test
 // makes), or ORDERLY_TEST_ORDER_IDS (nonce or keyed; .ci/run runs the
 // contract tests again with nonce, the form of deployments created before
 // keyed IDs). Tests of one form's rules set it themselves.
-func TestOrderIDs() string {
+func FormOfOrderIDs() string {
 	if form := os.Getenv("ORDERLY_TEST_ORDER_IDS"); form != "" {
 		return form
 	}

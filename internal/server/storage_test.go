@@ -272,11 +272,12 @@ func TestFsyncGroup(t *testing.T) {
 	if afterPost <= before {
 		t.Fatalf("a 201 answered with %v sync rounds before and %v after", before, afterPost)
 	}
-	if r := inst.PostOrder(t, "group-1", orderlytest.Order("c-1")); r.Status != http.StatusCreated || !bytes.Equal(r.Body, created.Body) {
-		t.Fatalf("replay: %d %s", r.Status, r.Body)
+	if r := inst.PostOrder(t, "group-1", orderlytest.Order("c-1")); r.Status != http.StatusCreated || !bytes.Equal(r.Body, created.Body) || rounds() <= afterPost {
+		t.Fatalf("replay: %d %s, rounds %v after %v", r.Status, r.Body, rounds(), afterPost)
 	}
-	if r := orderlytest.Do(t, http.MethodGet, inst.URL+created.Header.Get("Location"), nil); r.Status != http.StatusOK || rounds() <= afterPost {
-		t.Fatalf("read: %d, rounds %v after %v", r.Status, rounds(), afterPost)
+	afterReplay := rounds()
+	if r := orderlytest.Do(t, http.MethodGet, inst.URL+created.Header.Get("Location"), nil); r.Status != http.StatusOK || rounds() <= afterReplay {
+		t.Fatalf("read: %d, rounds %v after %v", r.Status, rounds(), afterReplay)
 	}
 	if r := inst.PostOrder(t, "group-2", orderlytest.Order("c-2"), "Prefer: respond-async"); r.Status != http.StatusAccepted {
 		t.Fatalf("async: %d %s", r.Status, r.Body)
