@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
-	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	gojson "github.com/goccy/go-json"
 
@@ -45,59 +46,73 @@ func DecodeOrder(body []byte) (events.OrderRequest, []problem.FieldError) {
 	return decodeChecked(body)
 }
 
-// validOrder and validItem are a valid order as decodeValid reads it:
-// strings that must be given, numbers kept as their JSON text so that they
-// are parsed exactly as decodeChecked parses them.
-type validOrder struct {
-	CustomerID *string        `json:"customer_id"`
-	Currency   *string        `json:"currency"`
-	Items      []validItem    `json:"items"`
-	Total      jsontext.Value `json:"total"`
-}
-
-type validItem struct {
-	SKU       *string        `json:"sku"`
-	Quantity  jsontext.Value `json:"quantity"`
-	UnitPrice jsontext.Value `json:"unit_price"`
-}
-
-// decodeValid decodes body when it is a valid order, in one pass of the
-// JSON v2 decoder (names matched exactly, unknown names, duplicate names,
-// invalid UTF-8 and trailing data refused), and applies the checks of
-// decodeChecked to the values. ok is false for anything else, and then
-// decodeChecked says why: decodeValid accepts no body that decodeChecked
-// refuses, and decodes every body it accepts to the same request
-// (FuzzDecodeOrder checks both).
+// decodeValid decodes body when it is a valid order, in one pass over its
+// tokens (jsontext: duplicate names, invalid UTF-8 and trailing data refused),
+// without reflection, and applies the checks of decodeChecked to the values.
+// ok is false for anything else, and then decodeChecked says why:
+// decodeValid accepts no body that decodeChecked refuses, and decodes every
+// body it accepts to the same request (FuzzDecodeOrder checks both). It may
+// leave a valid body to decodeChecked too: a name written with escapes is one.
 func decodeValid(body []byte) (req events.OrderRequest, ok bool) {
-	var o validOrder
-	if jsonv2.Unmarshal(body, &o, jsonv2.RejectUnknownMembers(true)) != nil {
+	d := decoders.Get().(*jsontext.Decoder)
+	d.Reset(bytes.NewBuffer(body))
+	req, ok = readOrder(d)
+	d.Reset(emptyReader) // do not keep the body alive in the pool
+	decoders.Put(d)
+	return req, ok
+}
+
+// decoders are jsontext decoders kept between requests: a decoder's state
+// (its stack, the names it has seen) is reused.
+var decoders = sync.Pool{New: func() any { return new(jsontext.Decoder) }}
+
+var emptyReader = bytes.NewReader(nil)
+
+// readOrder reads one order object and the end of the input.
+func readOrder(d *jsontext.Decoder) (req events.OrderRequest, ok bool) {
+	if t, err := d.ReadToken(); err != nil || t.Kind() != '{' {
 		return req, false
 	}
-	if req.CustomerID, ok = validText(o.CustomerID, MaxCustomerIDLen); !ok {
-		return req, false
-	}
-	if req.Currency, ok = validText(o.Currency, 3); !ok || !isCurrency(req.Currency) {
-		return req, false
-	}
-	if len(o.Items) == 0 || len(o.Items) > MaxItems {
-		return req, false
-	}
-	req.Items = make([]events.Item, len(o.Items))
-	for i, it := range o.Items {
-		var okSKU, okQ, okP bool
-		req.Items[i].SKU, okSKU = validText(it.SKU, MaxSKULen)
-		req.Items[i].Quantity, okQ = validInteger(it.Quantity, 1)
-		req.Items[i].UnitPrice, okP = validInteger(it.UnitPrice, 0)
-		if !okSKU || !okQ || !okP {
+	var haveCustomer, haveCurrency bool
+	for d.PeekKind() == '"' {
+		name, err := d.ReadValue()
+		if err != nil {
 			return req, false
 		}
-	}
-	if len(o.Total) > 0 && !isNull(json.RawMessage(o.Total)) {
-		t, ok := validInteger(o.Total, 0)
+		switch string(name) {
+		case `"customer_id"`:
+			req.CustomerID, ok = readText(d, MaxCustomerIDLen)
+			haveCustomer = true
+		case `"currency"`:
+			req.Currency, ok = readText(d, 3)
+			ok = ok && isCurrency(req.Currency)
+			haveCurrency = true
+		case `"items"`:
+			req.Items, ok = readItems(d)
+		case `"total"`:
+			if d.PeekKind() == 'n' {
+				_, err := d.ReadValue()
+				ok = err == nil
+				break
+			}
+			var t int64
+			t, ok = readInteger(d, 0)
+			req.Total = &t
+		default: // an unknown name, or a known one written with escapes
+			return req, false
+		}
 		if !ok {
 			return req, false
 		}
-		req.Total = &t
+	}
+	if t, err := d.ReadToken(); err != nil || t.Kind() != '}' {
+		return req, false
+	}
+	if _, err := d.ReadToken(); err != io.EOF { // trailing data, or a syntax error
+		return req, false
+	}
+	if !haveCustomer || !haveCurrency || req.Items == nil {
+		return req, false
 	}
 	if _, err := req.Sum(); err != nil {
 		return req, false
@@ -105,23 +120,125 @@ func decodeValid(body []byte) (req events.OrderRequest, ok bool) {
 	return req, true
 }
 
-// validText is a given non-empty string of at most maxLen characters without
-// control characters, as text requires.
-func validText(s *string, maxLen int) (string, bool) {
-	if s == nil {
-		return "", false
+// readItems reads the items array: 1 to MaxItems objects of sku, quantity
+// and unit_price, each given once.
+func readItems(d *jsontext.Decoder) ([]events.Item, bool) {
+	if t, err := d.ReadToken(); err != nil || t.Kind() != '[' {
+		return nil, false
 	}
-	n := utf8.RuneCountInString(*s)
-	return *s, n > 0 && n <= maxLen && !hasControl(*s)
+	items := make([]events.Item, 0, 4)
+	for d.PeekKind() == '{' {
+		if len(items) == MaxItems {
+			return nil, false
+		}
+		it, ok := readItem(d)
+		if !ok {
+			return nil, false
+		}
+		items = append(items, it)
+	}
+	if t, err := d.ReadToken(); err != nil || t.Kind() != ']' || len(items) == 0 {
+		return nil, false
+	}
+	return items, true
 }
 
-// validInteger is a JSON integer of at least min, as integer requires.
-func validInteger(raw jsontext.Value, min int64) (int64, bool) {
-	if len(raw) == 0 {
+func readItem(d *jsontext.Decoder) (it events.Item, ok bool) {
+	if _, err := d.ReadToken(); err != nil { // the '{' PeekKind saw
+		return it, false
+	}
+	var haveSKU, haveQ, haveP bool
+	for d.PeekKind() == '"' {
+		name, err := d.ReadValue()
+		if err != nil {
+			return it, false
+		}
+		switch string(name) {
+		case `"sku"`:
+			it.SKU, ok = readText(d, MaxSKULen)
+			haveSKU = true
+		case `"quantity"`:
+			it.Quantity, ok = readInteger(d, 1)
+			haveQ = true
+		case `"unit_price"`:
+			it.UnitPrice, ok = readInteger(d, 0)
+			haveP = true
+		default:
+			return it, false
+		}
+		if !ok {
+			return it, false
+		}
+	}
+	if t, err := d.ReadToken(); err != nil || t.Kind() != '}' {
+		return it, false
+	}
+	return it, haveSKU && haveQ && haveP
+}
+
+// readText reads a string of 1 to maxLen characters without control
+// characters, as text requires.
+func readText(d *jsontext.Decoder, maxLen int) (string, bool) {
+	if d.PeekKind() != '"' {
+		return "", false
+	}
+	v, err := d.ReadValue()
+	if err != nil {
+		return "", false
+	}
+	var s string
+	if raw := v[1 : len(v)-1]; bytes.IndexByte(raw, '\\') < 0 {
+		s = string(raw) // valid UTF-8: the decoder checked it
+	} else {
+		b, err := jsontext.AppendUnquote(nil, v)
+		if err != nil {
+			return "", false
+		}
+		s = string(b)
+	}
+	n := utf8.RuneCountInString(s)
+	return s, n > 0 && n <= maxLen && !hasControl(s)
+}
+
+// readInteger reads a JSON integer of at least min, as integer requires: a
+// number without fraction or exponent that fits in an int64.
+func readInteger(d *jsontext.Decoder, min int64) (int64, bool) {
+	if d.PeekKind() != '0' {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
-	return n, err == nil && n >= min
+	v, err := d.ReadValue()
+	if err != nil {
+		return 0, false
+	}
+	n, ok := parseInteger(v)
+	return n, ok && n >= min
+}
+
+// parseInteger parses the text of a valid JSON number as strconv.ParseInt
+// does, without allocating: ok is false for a fraction, an exponent or a
+// value outside int64.
+func parseInteger(v []byte) (int64, bool) {
+	neg := len(v) > 0 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) == 0 || len(v) > 19 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0') // 19 digits fit in a uint64
+	}
+	switch {
+	case !neg && u <= math.MaxInt64:
+		return int64(u), true
+	case neg && u <= -math.MinInt64:
+		return -int64(u), true
+	}
+	return 0, false
 }
 
 // decodeChecked decodes body field by field and reports every problem.

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/orderly-dev/orderly/events"
 )
@@ -31,11 +33,81 @@ func ValidKeyHash(s string) bool { return len(s) == KeyHashLen && events.IsBase6
 // Fingerprint is the base64url SHA-256 of the canonical form of req: its
 // encoding/json encoding, whose field order and spacing are fixed. Two bodies
 // that differ only in key order or white space have the same fingerprint.
+// The form is appended by hand (appendCanonical), byte for byte what
+// encoding/json writes, which it falls back to for any string that
+// encoding/json would escape (TestFingerprintMatchesEncodingJSON).
 func Fingerprint(req events.OrderRequest) string {
-	b, err := json.Marshal(req)
-	if err != nil { // plain data: cannot happen
-		panic(err)
+	var buf [512]byte
+	b, ok := appendCanonical(buf[:0], req)
+	if !ok {
+		var err error
+		if b, err = json.Marshal(req); err != nil { // plain data: cannot happen
+			panic(err)
+		}
 	}
 	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:])
+	var out [KeyHashLen]byte
+	base64.RawURLEncoding.Encode(out[:], sum[:])
+	return string(out[:])
+}
+
+// appendCanonical appends req as encoding/json.Marshal encodes it; ok is
+// false when a string holds a byte that encoding/json escapes or replaces.
+func appendCanonical(b []byte, req events.OrderRequest) (_ []byte, ok bool) {
+	b = append(b, `{"customer_id":`...)
+	if b, ok = appendPlain(b, req.CustomerID); !ok {
+		return b, false
+	}
+	b = append(b, `,"currency":`...)
+	if b, ok = appendPlain(b, req.Currency); !ok {
+		return b, false
+	}
+	b = append(b, `,"items":`...)
+	if req.Items == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, it := range req.Items {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"sku":`...)
+			if b, ok = appendPlain(b, it.SKU); !ok {
+				return b, false
+			}
+			b = append(b, `,"quantity":`...)
+			b = strconv.AppendInt(b, it.Quantity, 10)
+			b = append(b, `,"unit_price":`...)
+			b = strconv.AppendInt(b, it.UnitPrice, 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if req.Total != nil {
+		b = append(b, `,"total":`...)
+		b = strconv.AppendInt(b, *req.Total, 10)
+	}
+	return append(b, '}'), true
+}
+
+// appendPlain appends s quoted when encoding/json would write it unchanged
+// between the quotes: valid UTF-8 without control characters, '"', '\\',
+// the HTML characters '<', '>', '&' and U+2028, U+2029 (0xE2 leads them;
+// any character it leads is left to encoding/json).
+func appendPlain(b []byte, s string) ([]byte, bool) {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&', c == 0xE2:
+			return b, false
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	if !ascii && !utf8.ValidString(s) {
+		return b, false
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), true
 }

@@ -1,0 +1,74 @@
+package idempotency_test
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"testing"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/idempotency"
+)
+
+// reference is the fingerprint as defined: base64url SHA-256 of the order's
+// encoding/json encoding. Stored records hold fingerprints made this way, so
+// a retry after an upgrade must find the same one.
+func reference(t testing.TB, req events.OrderRequest) string {
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+func TestFingerprintMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	total, negative := int64(4990), int64(math.MinInt64)
+	texts := []string{
+		"c-42", "", "é", "😀", "a\"b", `a\b`, "<script>", "a<b", "a&b", "a>b", "\t", "\x00", "\x7f",
+		"\u2028", "\u2029", "€", "\xff", "a\xe2", "\xe2\x80", "ok\xe2\x80\xa8", strings1k(),
+	}
+	for _, s := range texts {
+		for _, req := range []events.OrderRequest{
+			{CustomerID: s, Currency: "EUR", Items: []events.Item{{SKU: "x", Quantity: 1, UnitPrice: 0}}},
+			{CustomerID: "c", Currency: s, Items: []events.Item{{SKU: s, Quantity: math.MaxInt64, UnitPrice: -1}}, Total: &total},
+			{CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a"}, {SKU: s, Quantity: -7}}, Total: &negative},
+			{CustomerID: s, Currency: s},                         // items null
+			{CustomerID: s, Currency: s, Items: []events.Item{}}, // items []
+		} {
+			if got, want := idempotency.Fingerprint(req), reference(t, req); got != want {
+				t.Errorf("Fingerprint(%+v) = %s, encoding/json gives %s", req, got, want)
+			}
+		}
+	}
+}
+
+func strings1k() string {
+	b := make([]byte, 1000)
+	for i := range b {
+		b[i] = 'a' + byte(i%26)
+	}
+	return string(b)
+}
+
+func FuzzFingerprint(f *testing.F) {
+	f.Add("c-42", "EUR", "SKU-1", int64(2), int64(2495), int64(4990), true, 3)
+	f.Add("<&>", "\u2028", "\xff", int64(-1), int64(math.MaxInt64), int64(math.MinInt64), false, 0)
+	f.Fuzz(func(t *testing.T, customer, currency, sku string, q, p, total int64, withTotal bool, n int) {
+		req := events.OrderRequest{CustomerID: customer, Currency: currency}
+		if n = n % 40; n >= 0 {
+			req.Items = make([]events.Item, n)
+			for i := range req.Items {
+				req.Items[i] = events.Item{SKU: sku[:i%(len(sku)+1)], Quantity: q + int64(i), UnitPrice: p}
+			}
+		}
+		if withTotal {
+			req.Total = &total
+		}
+		if got, want := idempotency.Fingerprint(req), reference(t, req); got != want {
+			t.Fatalf("Fingerprint(%+v) = %s, encoding/json gives %s", req, got, want)
+		}
+	})
+}
