@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -54,6 +55,7 @@ func (h *handlers) createOrder(c *gin.Context) {
 		writeProblem(c, p)
 		return
 	}
+	putBody(body)
 
 	prefs := ParsePrefer(c.Request.Header.Values("Prefer"))
 	in := app.SubmitOrder{
@@ -165,7 +167,7 @@ func (h *handlers) readBody(c *gin.Context) ([]byte, *problem.Problem) {
 	}
 	// The HTTP server gives the body a deadline (--http-body-timeout); a body
 	// that misses it fails the read with a timeout.
-	body, err := readAll(http.MaxBytesReader(c.Writer, c.Request.Body, h.cfg.BodyLimit), c.Request.ContentLength)
+	body, err := readAll(http.MaxBytesReader(c.Writer, c.Request.Body, h.cfg.BodyLimit), c.Request.ContentLength, getBody())
 	var mbe *http.MaxBytesError
 	var ne net.Error
 	switch {
@@ -181,17 +183,21 @@ func (h *handlers) readBody(c *gin.Context) ([]byte, *problem.Problem) {
 	return body, nil
 }
 
-// readAll is io.ReadAll with the buffer sized by the declared length (up to
-// 16 KiB, so that a client that declares much and sends little does not
-// make the server hold it), so that an order is read into one allocation
-// instead of a growing series (bytes.Buffer.ReadFrom would ask for 512 bytes
-// more: it keeps bytes.MinRead free for each read). A body longer or shorter
-// than declared is read all the same (net/http bounds it by the length).
-func readAll(r io.Reader, declared int64) ([]byte, error) {
+// readAll is io.ReadAll into b's memory when it has room for the declared
+// length (up to 16 KiB, so that a client that declares much and sends
+// little does not make the server hold it), so that an order is read
+// without allocating, or into one allocation instead of a growing series
+// (bytes.Buffer.ReadFrom would ask for 512 bytes more: it keeps
+// bytes.MinRead free for each read). A body longer or shorter than declared
+// is read all the same (net/http bounds it by the length).
+func readAll(r io.Reader, declared int64, b []byte) ([]byte, error) {
 	if declared <= 0 {
 		return io.ReadAll(r)
 	}
-	b := make([]byte, 0, min(declared, 16<<10)+1) // +1: the read that sees EOF needs room
+	if want := int(min(declared, maxPooledBody-1)) + 1; cap(b) < want { // +1: the read that sees EOF needs room
+		b = make([]byte, 0, want)
+	}
+	b = b[:0]
 	for {
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
@@ -204,6 +210,28 @@ func readAll(r io.Reader, declared int64) ([]byte, error) {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)] // grow as io.ReadAll does
 		}
+	}
+}
+
+// maxPooledBody is the largest body buffer kept for the next request.
+const maxPooledBody = 16 << 10
+
+// bodies are read buffers of request bodies, kept between requests. A
+// buffer goes back only once the body is decoded into a valid order, whose
+// strings are copies (TestDecodedOrderOwnsItsStrings): nothing refers to it
+// then.
+var bodies sync.Pool
+
+func getBody() []byte {
+	if b, ok := bodies.Get().(*[]byte); ok {
+		return *b
+	}
+	return nil
+}
+
+func putBody(b []byte) {
+	if cap(b) <= maxPooledBody {
+		bodies.Put(&b)
 	}
 }
 

@@ -54,19 +54,23 @@ func DecodeOrder(body []byte) (events.OrderRequest, []problem.FieldError) {
 // body it accepts to the same request (FuzzDecodeOrder checks both). It may
 // leave a valid body to decodeChecked too: a name written with escapes is one.
 func decodeValid(body []byte) (req events.OrderRequest, ok bool) {
-	d := decoders.Get().(*jsontext.Decoder)
-	d.Reset(bytes.NewBuffer(body))
-	req, ok = readOrder(d)
-	d.Reset(emptyReader) // do not keep the body alive in the pool
-	decoders.Put(d)
+	p := decoders.Get().(*pooledDecoder)
+	p.r.Reset(body)
+	p.d.Reset(&p.r)
+	req, ok = readOrder(&p.d)
+	p.r.Reset(nil) // do not keep the body alive in the pool
+	decoders.Put(p)
 	return req, ok
 }
 
-// decoders are jsontext decoders kept between requests: a decoder's state
-// (its stack, the names it has seen) is reused.
-var decoders = sync.Pool{New: func() any { return new(jsontext.Decoder) }}
+// pooledDecoder is a jsontext decoder kept between requests with its
+// reader: its buffer, its stack and the names it has seen are reused.
+type pooledDecoder struct {
+	d jsontext.Decoder
+	r bytes.Reader
+}
 
-var emptyReader = bytes.NewReader(nil)
+var decoders = sync.Pool{New: func() any { return new(pooledDecoder) }}
 
 // readOrder reads one order object and the end of the input.
 func readOrder(d *jsontext.Decoder) (req events.OrderRequest, ok bool) {

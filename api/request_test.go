@@ -164,3 +164,28 @@ func BenchmarkDecodeOrder(b *testing.B) {
 		}
 	}
 }
+
+// The server reuses a body's buffer for the next request once the body is
+// decoded into a valid order: the order must not share its memory.
+func TestDecodedOrderOwnsItsStrings(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}],"total":4990}`,
+		`{"customer_id":"c-\u00e9","currency":"EUR","items":[{"sku":"S\"1","quantity":2,"unit_price":2495}]}`,
+		// Names written with escapes take the checked decoder.
+		`{"customer\u005fid":"c-42","currency":"EUR","items":[{"sk\u0075":"SKU-1","quantity":2,"unit_price":2495}]}`,
+	} {
+		body := []byte(s)
+		req, errs := DecodeOrder(body)
+		if errs != nil {
+			t.Fatalf("%s: %v", s, errs)
+		}
+		want, _ := DecodeOrder([]byte(s))
+		for i := range body {
+			body[i] = 'x'
+		}
+		if !reflect.DeepEqual(req, want) {
+			t.Fatalf("%s: the decoded order changed with its body's buffer: %+v", s, req)
+		}
+	}
+}

@@ -72,3 +72,17 @@ func FuzzFingerprint(f *testing.F) {
 		}
 	})
 }
+
+func TestKeyHashIsSHA256OfTenantZeroKey(t *testing.T) {
+	t.Parallel()
+	long := strings1k()
+	for _, c := range [][2]string{{"default", "k-1"}, {"", ""}, {"t", long}, {long, "k"}, {"ab", "c\x00d"}} {
+		h := sha256.New()
+		h.Write([]byte(c[0]))
+		h.Write([]byte{0})
+		h.Write([]byte(c[1]))
+		if got, want := idempotency.KeyHash(c[0], c[1]), base64.RawURLEncoding.EncodeToString(h.Sum(nil)); got != want {
+			t.Errorf("KeyHash(%.20q, %.20q) = %s, want %s", c[0], c[1], got, want)
+		}
+	}
+}

@@ -18,11 +18,12 @@ const KeyHashLen = 43
 // in ORDER_RESULTS, whatever characters the client's key holds, and a valid
 // NATS subject token.
 func KeyHash(tenant, key string) string {
-	h := sha256.New()
-	h.Write([]byte(tenant))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+	var buf [256]byte
+	b := append(append(append(buf[:0], tenant...), 0), key...)
+	sum := sha256.Sum256(b)
+	var out [KeyHashLen]byte
+	base64.RawURLEncoding.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // ValidKeyHash reports whether s has the form of a KeyHash: 43 characters of
