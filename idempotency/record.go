@@ -48,6 +48,11 @@ type Record struct {
 	Body []byte `json:"-"`
 	// Stored is when this value was stored; set by the store that read it.
 	Stored time.Time `json:"-"`
+	// Seen is when this process learnt the value from the store (its
+	// delivery, or a read), on the local clock; zero when not known. The
+	// value was in the store's files by then, so with --fsync group a sync
+	// that started later made it durable (internal/durable).
+	Seen time.Time `json:"-"`
 }
 
 // Pending is the claim of a key by orderID for a request with fingerprint.

@@ -546,6 +546,14 @@ type fakeDurable struct {
 	mu    sync.Mutex
 	waits int
 	err   error
+	// synced is the start of the last sync without error; zero: none.
+	synced time.Time
+}
+
+func (d *fakeDurable) SyncedSince(t time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !t.IsZero() && !d.synced.IsZero() && t.Before(d.synced)
 }
 
 func (d *fakeDurable) Wait(context.Context) error {
@@ -584,25 +592,43 @@ func TestAnswersWaitForTheStoresSync(t *testing.T) {
 		t.Fatalf("replay: %+v %v", out, err)
 	}
 	check("a replay", 2)
+	// A result this process knew before the last sync started is durable:
+	// its replay does not wait; one learnt after that sync's start does.
+	known := completed(out.OrderID, "fp")
+	known.Seen = time.Now()
+	f.cache.Remember(key, known)
+	d.mu.Lock()
+	d.synced = known.Seen.Add(time.Millisecond)
+	d.mu.Unlock()
+	if out, err := f.svc.Submit(ctx, submit(0, 0)); err != nil || out.Kind != Completed {
+		t.Fatalf("replay: %+v %v", out, err)
+	}
+	check("a replay of a result synced since", 2)
+	known.Seen = known.Seen.Add(2 * time.Millisecond)
+	f.cache.Remember(key, known)
+	if out, err := f.svc.Submit(ctx, submit(0, 0)); err != nil || out.Kind != Completed {
+		t.Fatalf("replay: %+v %v", out, err)
+	}
+	check("a replay of a result learnt after the last sync started", 3)
 	other := submit(0, 0)
 	other.Fingerprint = "other"
 	if _, err := f.svc.Submit(ctx, other); !errors.As(err, new(*KeyReusedError)) {
 		t.Fatalf("key reused: %v", err)
 	}
-	check("a key reused (422)", 3)
+	check("a key reused (422)", 4)
 	if _, err := f.svc.Order(ctx, "t", out.OrderID, 0); err != nil {
 		t.Fatal(err)
 	}
-	check("a read of the order", 4)
+	check("a read of the order", 5)
 	f.orders.m[out.OrderID] = idempotency.Order{Tenant: "t", Status: idempotency.StatusCreated, Body: []byte("{}")}
 	if _, err := f.svc.OrderEvents(ctx, "t", out.OrderID); err != nil {
 		t.Fatal(err)
 	}
-	check("a read of its events", 5)
+	check("a read of its events", 6)
 	if _, err := f.svc.Order(ctx, "t", events.OrderID(99, "N0NCE0000000A"), 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown order: %v", err)
 	}
-	check("a read of an order that does not exist", 5)
+	check("a read of an order that does not exist", 6)
 
 	d.err = errors.New("EIO")
 	fresh := submit(0, 0)

@@ -89,6 +89,9 @@ type Deps struct {
 // Durable waits for a sync of the store that starts after the call.
 type Durable interface {
 	Wait(ctx context.Context) error
+	// SyncedSince reports whether a sync that started after t has completed
+	// without error: what the store held at t is durable.
+	SyncedSince(t time.Time) bool
 }
 
 // durable returns err once what the answer says is durable (Deps.Durable),

@@ -58,6 +58,11 @@ type Outcome struct {
 // rejection that names the holder (see package processor).
 func (s *Service) Submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 	out, err := s.submit(ctx, in)
+	if err == nil && out.Kind == Completed && s.deps.Durable != nil && s.deps.Durable.SyncedSince(out.Record.Seen) {
+		// A replay of a result this process knew before the last sync
+		// started: the sync made it durable, no new one is needed.
+		return out, nil
+	}
 	return out, s.durable(ctx, err, ErrOutcomeUnknown)
 }
 

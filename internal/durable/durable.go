@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ErrStopped is returned to waiters when the syncer stops.
@@ -39,11 +40,13 @@ type Syncer struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 	rounds atomic.Uint64
+	base   time.Time    // the clock of synced: time since base, monotonic
+	synced atomic.Int64 // when the latest round without error started; 0: none yet
 }
 
 // New starts a syncer that runs sync for each round.
 func New(sync func() error) *Syncer {
-	s := &Syncer{sync: sync, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := &Syncer{sync: sync, kick: make(chan struct{}, 1), stop: make(chan struct{}), base: time.Now()}
 	s.wg.Add(1)
 	go s.loop()
 	return s
@@ -64,7 +67,11 @@ func (s *Syncer) loop() {
 		if r == nil {
 			continue
 		}
+		start := max(time.Since(s.base), 1)
 		r.err = s.sync()
+		if r.err == nil {
+			s.synced.Store(int64(start))
+		}
 		s.rounds.Add(1)
 		close(r.done)
 	}
@@ -92,6 +99,14 @@ func (s *Syncer) Wait(ctx context.Context) error {
 	case <-s.stop:
 		return ErrStopped
 	}
+}
+
+// SyncedSince reports whether a round that started after t has synced
+// without error: what was written to the files before t is durable. t must
+// come from this process's clock (time.Now, with its monotonic reading).
+func (s *Syncer) SyncedSince(t time.Time) bool {
+	synced := s.synced.Load()
+	return synced > 0 && !t.IsZero() && t.Sub(s.base) < time.Duration(synced)
 }
 
 // Rounds is the number of rounds run so far.

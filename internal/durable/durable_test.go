@@ -81,6 +81,60 @@ func TestWaitGetsTheRoundsErrorAndStops(t *testing.T) {
 	}
 }
 
+// TestSyncedSince: what was known before a round started is durable once
+// that round ends without error; what came during the round, or before a
+// round that failed, is not.
+func TestSyncedSince(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Bool
+	inRound := make(chan struct{}, 1)
+	release := make(chan struct{})
+	s := New(func() error {
+		inRound <- struct{}{}
+		<-release
+		if fail.Load() {
+			return errors.New("EIO")
+		}
+		return nil
+	})
+	defer s.Stop()
+	before := time.Now()
+	if s.SyncedSince(before) {
+		t.Fatal("synced before any round")
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Wait(context.Background()) }()
+	<-inRound
+	during := time.Now() // the round started before this
+	release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !s.SyncedSince(before) {
+		t.Fatal("a round that started later did not make it durable")
+	}
+	if s.SyncedSince(during) {
+		t.Fatal("a round made durable what came after it started")
+	}
+	if s.SyncedSince(time.Time{}) {
+		t.Fatal("a zero time (not known when) counted as synced")
+	}
+
+	fail.Store(true)
+	go func() { done <- s.Wait(context.Background()) }()
+	<-inRound
+	release <- struct{}{}
+	if err := <-done; err == nil {
+		t.Fatal("the failed round reported no error")
+	}
+	if s.SyncedSince(during) {
+		t.Fatal("a round that failed made something durable")
+	}
+	if !s.SyncedSince(before) {
+		t.Fatal("a failed round took back what an earlier one synced")
+	}
+}
+
 // TestStreamFilesSyncTheNewestBlocks: a round syncs the newest block of each
 // stream and every block created since the last round; a stream that does
 // not exist yet is skipped.

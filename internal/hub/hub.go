@@ -366,9 +366,14 @@ func (h *Hub) CachedResult(key string) (idempotency.Record, bool) {
 	return r, true
 }
 
-// Remember caches a completed record read from the store.
+// Remember caches a completed record read from the store, or delivered
+// by it: a record without Seen is stamped with the time it is cached (it
+// was in the store by then).
 func (h *Hub) Remember(key string, r idempotency.Record) {
 	if h.cache != nil && r.Completed() {
+		if r.Seen.IsZero() {
+			r.Seen = time.Now()
+		}
 		h.cache.Add(key, r)
 	}
 }
