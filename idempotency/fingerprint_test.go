@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
@@ -85,4 +86,58 @@ func TestKeyHashIsSHA256OfTenantZeroKey(t *testing.T) {
 			t.Errorf("KeyHash(%.20q, %.20q) = %s, want %s", c[0], c[1], got, want)
 		}
 	}
+}
+
+// createdView is the 201 body as encoding/json renders a created order's
+// view: what stored responses of earlier versions hold, byte for byte.
+func createdView(t testing.TB, e events.OrderCreated) string {
+	created, total := e.CreatedAt.UTC(), e.Total
+	b, err := json.Marshal(idempotency.OrderView{ID: e.OrderID, Status: idempotency.StatusCreated, CustomerID: e.CustomerID,
+		Currency: e.Currency, Items: e.Items, Total: &total, AcceptedAt: e.AcceptedAt.UTC(), CreatedAt: &created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestCreatedViewMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 5, 7, 43, 123456000, time.UTC)
+	for _, s := range []string{"c-42", "é", "<b>", "a&b", "\u2028", "\xff", "\"", "€"} {
+		for _, e := range []events.OrderCreated{
+			{OrderID: "ord_1", Tenant: "t", CustomerID: s, Currency: "EUR", Items: []events.Item{{SKU: s, Quantity: 2, UnitPrice: 5}}, Total: 10, AcceptedAt: at, CreatedAt: at.Add(time.Millisecond)},
+			{OrderID: s, CustomerID: "c", Currency: s, Total: math.MinInt64, AcceptedAt: at.In(time.FixedZone("x", 7200)), CreatedAt: at},
+			{OrderID: "o", CustomerID: "c", Currency: "EUR", Items: []events.Item{}, CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
+		} {
+			if e.CreatedAt.Year() > 9999 {
+				func() { // encoding/json refuses the year: so must the view
+					defer func() { _ = recover() }()
+					idempotency.CreatedOrder(e)
+					t.Errorf("CreatedOrder rendered a year encoding/json refuses")
+				}()
+				continue
+			}
+			if got, want := string(idempotency.CreatedOrder(e).Body), createdView(t, e); got != want {
+				t.Errorf("CreatedOrder body\n%s\nencoding/json\n%s", got, want)
+			}
+		}
+	}
+}
+
+func FuzzCreatedView(f *testing.F) {
+	f.Add("ord_1", "c-42", "EUR", "SKU-1", int64(2), int64(2495), int64(1764565663123456789), 3)
+	f.Add("<", "\u2028", "\xff", "&", int64(-1), int64(math.MaxInt64), int64(-62135596800000000), 0)
+	f.Fuzz(func(t *testing.T, id, customer, currency, sku string, q, p, nanos int64, n int) {
+		e := events.OrderCreated{OrderID: id, CustomerID: customer, Currency: currency, Total: q * p,
+			AcceptedAt: time.Unix(0, nanos).UTC(), CreatedAt: time.Unix(0, nanos/2)}
+		if n = n % 40; n >= 0 {
+			e.Items = make([]events.Item, n)
+			for i := range e.Items {
+				e.Items[i] = events.Item{SKU: sku[:i%(len(sku)+1)], Quantity: q, UnitPrice: p + int64(i)}
+			}
+		}
+		if got, want := string(idempotency.CreatedOrder(e).Body), createdView(t, e); got != want {
+			t.Fatalf("CreatedOrder body\n%s\nencoding/json\n%s", got, want)
+		}
+	})
 }

@@ -4,10 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"strconv"
-	"unicode/utf8"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsonw"
 )
 
 // KeyHashLen is the length of a key hash: 43 characters of base64url.
@@ -54,61 +53,14 @@ func Fingerprint(req events.OrderRequest) string {
 
 // appendCanonical appends req as encoding/json.Marshal encodes it; ok is
 // false when a string holds a byte that encoding/json escapes or replaces.
-func appendCanonical(b []byte, req events.OrderRequest) (_ []byte, ok bool) {
-	b = append(b, `{"customer_id":`...)
-	if b, ok = appendPlain(b, req.CustomerID); !ok {
-		return b, false
-	}
-	b = append(b, `,"currency":`...)
-	if b, ok = appendPlain(b, req.Currency); !ok {
-		return b, false
-	}
-	b = append(b, `,"items":`...)
-	if req.Items == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, it := range req.Items {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"sku":`...)
-			if b, ok = appendPlain(b, it.SKU); !ok {
-				return b, false
-			}
-			b = append(b, `,"quantity":`...)
-			b = strconv.AppendInt(b, it.Quantity, 10)
-			b = append(b, `,"unit_price":`...)
-			b = strconv.AppendInt(b, it.UnitPrice, 10)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
+func appendCanonical(b []byte, req events.OrderRequest) ([]byte, bool) {
+	w := jsonw.New(b)
+	w = w.String('{', "customer_id", req.CustomerID)
+	w = w.String(',', "currency", req.Currency)
+	w = w.Items(',', "items", req.Items)
 	if req.Total != nil {
-		b = append(b, `,"total":`...)
-		b = strconv.AppendInt(b, *req.Total, 10)
+		w = w.Int(',', "total", *req.Total)
 	}
-	return append(b, '}'), true
-}
-
-// appendPlain appends s quoted when encoding/json would write it unchanged
-// between the quotes: valid UTF-8 without control characters, '"', '\\',
-// the HTML characters '<', '>', '&' and U+2028, U+2029 (0xE2 leads them;
-// any character it leads is left to encoding/json).
-func appendPlain(b []byte, s string) ([]byte, bool) {
-	ascii := true
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&', c == 0xE2:
-			return b, false
-		case c >= 0x80:
-			ascii = false
-		}
-	}
-	if !ascii && !utf8.ValidString(s) {
-		return b, false
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"'), true
+	w = w.Raw("}")
+	return w.Bytes()
 }

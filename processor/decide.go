@@ -8,6 +8,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsonw"
 )
 
 // Decision is the decision on one command: its event and, when the order
@@ -63,7 +64,7 @@ func decide(cmd events.CreateOrder, orderID string, now time.Time, record bool) 
 		CreatedAt:          now.UTC(),
 	})
 	e.TraceParent, e.TraceState = cmd.TraceParent, cmd.TraceState
-	d := Decision{Kind: events.KindCreated, Event: encode(e)}
+	d := Decision{Kind: events.KindCreated, Event: encodeCreated(e)}
 	if record {
 		d.Record = idempotency.Created(e.Data)
 		d.Record.DecidedUnixNano = e.Time.UnixNano()
@@ -95,6 +96,48 @@ func rejection(cmd events.CreateOrder, orderID string, now time.Time, reason, du
 		d.Record.DecidedUnixNano = e.Time.UnixNano()
 	}
 	return d
+}
+
+// encodeCreated is encode of an OrderCreated event, appended by hand when
+// its values allow (jsonw): the same bytes (TestCreatedEventMatchesGoJSON),
+// without go-json's reflection, which took a third of the processor's
+// decision.
+func encodeCreated(e events.Event[events.OrderCreated]) []byte {
+	if b, ok := appendCreated(make([]byte, 0, 768), e); ok {
+		return b
+	}
+	return encode(e)
+}
+
+func appendCreated(b []byte, e events.Event[events.OrderCreated]) ([]byte, bool) {
+	w := jsonw.New(b)
+	w = w.String('{', "specversion", e.SpecVersion)
+	w = w.String(',', "id", e.ID)
+	w = w.String(',', "source", e.Source)
+	w = w.String(',', "type", e.Type)
+	w = w.String(',', "subject", e.Subject)
+	w = w.Time(',', "time", e.Time)
+	w = w.String(',', "datacontenttype", e.DataContentType)
+	if e.TraceParent != "" { // omitempty
+		w = w.String(',', "traceparent", e.TraceParent)
+	}
+	if e.TraceState != "" {
+		w = w.String(',', "tracestate", e.TraceState)
+	}
+	d := e.Data
+	w = w.Raw(`,"data":`)
+	w = w.String('{', "order_id", d.OrderID)
+	w = w.String(',', "tenant", d.Tenant)
+	w = w.String(',', "customer_id", d.CustomerID)
+	w = w.String(',', "currency", d.Currency)
+	w = w.Items(',', "items", d.Items)
+	w = w.Int(',', "total", d.Total)
+	w = w.String(',', "idempotency_key_hash", d.IdempotencyKeyHash)
+	w = w.String(',', "request_fingerprint", d.RequestFingerprint)
+	w = w.Time(',', "accepted_at", d.AcceptedAt)
+	w = w.Time(',', "created_at", d.CreatedAt)
+	w = w.Raw("}}")
+	return w.Bytes()
 }
 
 func encode(v any) []byte {
