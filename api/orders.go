@@ -145,6 +145,9 @@ func checkJSON(h http.Header) *problem.Problem {
 	if contentType == "" {
 		return bad("send the order as Content-Type: application/json")
 	}
+	if contentType == "application/json" { // what clients send; ParseMediaType allocates a map
+		return nil
+	}
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil || mt != "application/json" {
 		return bad(fmt.Sprintf("the body must be application/json, not %q", contentType))

@@ -98,9 +98,7 @@ type Durable interface {
 // or the error that says why it may not be. Errors that reveal nothing
 // stored (no such order, NATS unavailable) need no wait.
 func (s *Service) durable(ctx context.Context, err error, failed error) error {
-	var reused *KeyReusedError
-	var superseded *SupersededError
-	if s.deps.Durable == nil || (err != nil && !errors.As(err, &reused) && !errors.As(err, &superseded)) {
+	if s.deps.Durable == nil || (err != nil && !tellsWhatIsStored(err)) {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout) // a disk that stalls costs no more than NATS may
@@ -109,6 +107,15 @@ func (s *Service) durable(ctx context.Context, err error, failed error) error {
 		return fmt.Errorf("%w: the store's sync: %v", failed, werr)
 	}
 	return err
+}
+
+// tellsWhatIsStored reports whether err is an answer about a stored order
+// (the key's holder), which needs the sync like a success. Apart from
+// durable so that its targets are not allocated for every answer.
+func tellsWhatIsStored(err error) bool {
+	var reused *KeyReusedError
+	var superseded *SupersededError
+	return errors.As(err, &reused) || errors.As(err, &superseded)
 }
 
 // Errors of the use cases. The HTTP layer maps them to statuses.
