@@ -92,7 +92,11 @@ func PendingOrder(cmd events.CreateOrder, orderID string) Order {
 
 // CreatedOrder renders a created order.
 func CreatedOrder(e events.OrderCreated) Order {
-	if b, ok := appendCreatedView(make([]byte, 0, 320), e); ok {
+	size := 256 + len(e.CustomerID) // the rest is fixed or near
+	for _, it := range e.Items {
+		size += 48 + len(it.SKU)
+	}
+	if b, ok := appendCreatedView(make([]byte, 0, size), e); ok {
 		return Order{Tenant: e.Tenant, Status: StatusCreated, Body: b}
 	}
 	created := e.CreatedAt.UTC()

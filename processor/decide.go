@@ -103,7 +103,11 @@ func rejection(cmd events.CreateOrder, orderID string, now time.Time, reason, du
 // without go-json's reflection, which took a third of the processor's
 // decision.
 func encodeCreated(e events.Event[events.OrderCreated]) []byte {
-	if b, ok := appendCreated(make([]byte, 0, 768), e); ok {
+	size := 640 + len(e.TraceParent) + len(e.TraceState) + len(e.Data.Tenant) + len(e.Data.CustomerID) // the rest is fixed or near
+	for _, it := range e.Data.Items {
+		size += 48 + len(it.SKU)
+	}
+	if b, ok := appendCreated(make([]byte, 0, size), e); ok {
 		return b
 	}
 	return encode(e)

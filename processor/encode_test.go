@@ -77,7 +77,8 @@ func FuzzCreatedEvent(f *testing.F) {
 func BenchmarkDecide(b *testing.B) {
 	total := int64(6439)
 	cmd := events.CreateOrder{Type: events.CreateOrderType, Tenant: "default", KeyHash: "Q2jNqI6M8i1o3e1VbQy8v2l0yq6m0Zk5eD3bWc7yT4s",
-		Fingerprint: "d9Zc1q6yQ0x2m8Vb3n5L7k4j1h0g9f8e7d6c5b4a3Z2", AcceptedAt: time.Now().UTC(), Request: events.OrderRequest{
+		Fingerprint: "d9Zc1q6yQ0x2m8Vb3n5L7k4j1h0g9f8e7d6c5b4a3Z2", AcceptedAt: time.Now().UTC(),
+		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", Request: events.OrderRequest{
 			CustomerID: "c-42", Currency: "EUR", Total: &total, Items: []events.Item{
 				{SKU: "SKU-1", Quantity: 2, UnitPrice: 2495}, {SKU: "SKU-2", Quantity: 1, UnitPrice: 999}, {SKU: "SKU-3", Quantity: 3, UnitPrice: 150}}}}
 	b.ReportAllocs()

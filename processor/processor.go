@@ -223,7 +223,7 @@ func (h *Handler) Handle(ctx context.Context, d Delivery) error {
 // two processors.
 func (h *Handler) HandleBatch(ctx context.Context, ds []Delivery) []error {
 	errs := make([]error, len(ds))
-	ws := make([]work, 0, len(ds))
+	var ws []work // made on first use: a batch is usually all of one form
 	var keyed []keyedWork
 	for i, d := range ds {
 		dctx := d.Ctx
@@ -242,8 +242,14 @@ func (h *Handler) HandleBatch(ctx context.Context, ds []Delivery) []error {
 			}
 		}
 		if cmd.Keyed() { // its event is all it stores
+			if keyed == nil {
+				keyed = make([]keyedWork, 0, len(ds)-i)
+			}
 			keyed = append(keyed, item{i: i, ctx: dctx, cmd: cmd, orderID: orderID, dec: decide(cmd, orderID, h.now(), false), delivered: d.Delivered})
 			continue
+		}
+		if ws == nil {
+			ws = make([]work, 0, len(ds)-i)
 		}
 		ws = append(ws, work{item: item{i: i, ctx: dctx, cmd: cmd, orderID: orderID, dec: Decide(cmd, orderID, h.now()), delivered: d.Delivered}})
 	}
