@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/orderly-dev/orderly/internal/natsserver"
 )
 
 const description = `orderly makes order ingestion safe to retry.
@@ -64,6 +66,8 @@ type globals struct {
 }
 
 func main() {
+	// A serve's embedded NATS server runs in a child process of this binary.
+	natsserver.RunChildIfAsked()
 	var cli CLI
 	kctx := kong.Parse(&cli,
 		kong.Name("orderly"),

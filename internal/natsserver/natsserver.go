@@ -90,7 +90,7 @@ type Config struct {
 	// Cluster, when set, joins a cluster.
 	Cluster *ClusterConfig
 	// Logger receives the server's log; nil silences it.
-	Logger *slog.Logger
+	Logger *slog.Logger `json:"-"`
 	// MaxStore bounds JetStream's file storage, in bytes. 0 leaves nats-server's
 	// default: 75% of the free space of StoreDir's file system when the server
 	// starts, fixed until it restarts (so a disk that grows does not help, and
@@ -102,10 +102,10 @@ type Config struct {
 	Accounts string
 	// Probe are the client options (credentials) of the connection that waits
 	// for JetStream at start; needed with Accounts.
-	Probe []nats.Option
+	Probe []nats.Option `json:"-"`
 	// OnError, when set, is called with every error the server logs (for
 	// example "Filestore [ORDER_EVENTS] Critical write error: ...").
-	OnError func(msg string)
+	OnError func(msg string) `json:"-"`
 }
 
 // Validate reports every problem with the config.

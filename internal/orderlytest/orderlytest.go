@@ -23,8 +23,13 @@ import (
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
+	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/server"
 )
+
+// The tests' instances run their embedded NATS server in a child process of
+// the test binary, as orderly serve does: the binary must serve it.
+func init() { natsserver.RunChildIfAsked() }
 
 // Logger is the logger of test processes: silent unless ORDERLY_TEST_LOG is set.
 func Logger() *slog.Logger {
@@ -45,6 +50,9 @@ func Config(t testing.TB) server.Config {
 	cfg.Projector.Concurrency = 4
 	cfg.ShutdownTimeout = 20 * time.Second
 	cfg.OrderIDs = FormOfOrderIDs()
+	if p := os.Getenv("ORDERLY_TEST_NATS_PROCESS"); p != "" {
+		cfg.NATSProcess = p
+	}
 	return cfg
 }
 

@@ -28,7 +28,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	nserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,6 +84,10 @@ type Config struct {
 	NATSListen string
 	// NATSName names the embedded server.
 	NATSName string
+	// NATSProcess is where the embedded server runs: natsserver.Child (a
+	// process of its own, started from this binary; the default) or
+	// natsserver.InProcess (docs/adr/0014).
+	NATSProcess string
 	// Cluster makes the embedded server a cluster node.
 	Cluster *natsserver.ClusterConfig
 	// Fsync is the embedded server's durability mode.
@@ -181,16 +184,17 @@ func (l HTTPLimits) maxConns() int {
 // DefaultConfig is the configuration of orderly serve.
 func DefaultConfig() Config {
 	return Config{
-		Roles:      DefaultRoles,
-		HTTPAddr:   "127.0.0.1:8080",
-		DataDir:    "./data",
-		NATSListen: "127.0.0.1:4222",
-		NATSName:   "orderly",
-		Fsync:      natsserver.Fsync{Interval: time.Second},
-		Topology:   jsstore.DefaultTopology(),
-		API:        api.DefaultConfig(),
-		App:        app.Config{RequestTimeout: 10 * time.Second},
-		Hub:        hub.Config{CacheSize: 16384},
+		Roles:       DefaultRoles,
+		HTTPAddr:    "127.0.0.1:8080",
+		DataDir:     "./data",
+		NATSListen:  "127.0.0.1:4222",
+		NATSName:    "orderly",
+		NATSProcess: natsserver.Child,
+		Fsync:       natsserver.Fsync{Interval: time.Second},
+		Topology:    jsstore.DefaultTopology(),
+		API:         api.DefaultConfig(),
+		App:         app.Config{RequestTimeout: 10 * time.Second},
+		Hub:         hub.Config{CacheSize: 16384},
 		Processor: pipeline.Config{
 			Name: "processor", Stream: events.CommandStream, Consumer: jsstore.ProcessorConsumer,
 			Concurrency: 1024, MaxAttempts: 10, DeadLetterSubject: events.DeadLetterSubject,
@@ -223,6 +227,9 @@ func (c Config) Validate() error {
 	}
 	if c.NATSURL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is empty"))
+	}
+	if c.NATSURL == "" && c.NATSProcess != natsserver.Child && c.NATSProcess != natsserver.InProcess {
+		errs = append(errs, fmt.Errorf("NATS process must be %s or %s, got %q", natsserver.Child, natsserver.InProcess, c.NATSProcess))
 	}
 	if c.Fsync.Group && (c.NATSURL != "" || c.Cluster != nil) {
 		// The group commit syncs the embedded server's files, and a stream of
@@ -276,7 +283,7 @@ func (c Config) pipelineTimeout(p pipeline.Config) time.Duration {
 type Server struct {
 	cfg       Config
 	logger    *slog.Logger
-	ns        *nserver.Server
+	ns        natsserver.Instance
 	nc        *nats.Conn
 	hub       *hub.Hub
 	durable   *durable.Syncer // with --fsync group: the answers' group commit
@@ -385,8 +392,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	}
 	live := []ops.Check{{Name: "store", Run: func(context.Context) error { return s.fault.dead(cfg.StoreFaultGrace) }}}
 	if s.ns != nil {
-		s.wg.Add(1)
+		s.wg.Add(2)
 		go s.watchStore()
+		go s.watchServer()
 	}
 	if s.guard != nil {
 		s.registry.MustRegister(
@@ -455,20 +463,37 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 				Help: "Sync rounds of --fsync group: each makes durable what the answers waiting for it say.",
 			}, func() float64 { return float64(s.durable.Rounds()) }))
 		}
-		ns, err := natsserver.Start(ctx, ncfg)
-		if err != nil {
-			return nil, err
-		}
-		s.ns = ns
-		s.logger.Info("embedded NATS started", "store", abs, "client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String(),
-			"credentials", s.creds.Dir)
-		// The components reach an embedded server over loopback TCP when it
-		// listens: nats-server's in-process connection is a synchronous
-		// net.Pipe, measurably slower under load (docs/performance.md).
-		if s.cfg.NATSListen != "" {
-			ccfg.URL = ns.ClientURL()
+		if s.cfg.NATSProcess == natsserver.Child {
+			child, err := natsserver.StartChild(ctx, ncfg, s.creds.SeedPath(natsauth.Operator))
+			if err != nil {
+				return nil, err
+			}
+			s.ns = child
+			// Its CPU, memory and file descriptors, as process_* has orderly's.
+			s.registry.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{
+				Namespace: "orderly_nats_server",
+				PidFn:     func() (int, error) { return child.PID(), nil },
+			}))
+			s.logger.Info("embedded NATS started in its own process", "pid", child.PID(), "store", abs, "client_url", s.NATSURL(),
+				"fsync", s.cfg.Fsync.String(), "credentials", s.creds.Dir)
 		} else {
-			ccfg.InProcess = ns
+			ns, err := natsserver.Start(ctx, ncfg)
+			if err != nil {
+				return nil, err
+			}
+			s.ns = natsserver.Local(ns)
+			s.logger.Info("embedded NATS started", "store", abs, "client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String(),
+				"credentials", s.creds.Dir)
+		}
+		// The components reach an embedded server over loopback TCP when it
+		// listens (a child always does, on a port of its own without
+		// --nats-listen): nats-server's in-process connection is a
+		// synchronous net.Pipe, measurably slower under load
+		// (docs/performance.md).
+		if p := s.ns.Provider(); p != nil && s.cfg.NATSListen == "" {
+			ccfg.InProcess = p
+		} else {
+			ccfg.URL = s.ns.ClientURL()
 		}
 		setup := jsstore.ConnectConfig{URL: ccfg.URL, InProcess: ccfg.InProcess, Name: "setup",
 			Credentials: jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Operator)}}
@@ -913,6 +938,15 @@ func (s *Server) NATSURL() string {
 	return s.ns.ClientURL()
 }
 
+// NATSPID is the process ID of the embedded server's own process, 0 when it
+// runs in this process or there is no embedded server.
+func (s *Server) NATSPID() int {
+	if c, ok := s.ns.(*natsserver.ChildProcess); ok {
+		return c.PID()
+	}
+	return 0
+}
+
 // CredentialsDir is where the embedded server's credentials are, "" without
 // an embedded server.
 func (s *Server) CredentialsDir() string { return s.creds.Dir }
@@ -971,7 +1005,6 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	if s.ns != nil {
 		s.ns.Shutdown()
-		s.ns.WaitForShutdown()
 	}
 	if err := s.tracing.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("tracing: %w", err))
@@ -1088,6 +1121,27 @@ func (s *Server) watchStore() {
 		}
 		return false
 	})
+}
+
+// watchServer reports on Failed an embedded server that stopped on its own
+// (its process died): orderly cannot work without it, and its supervisor
+// restarts both.
+func (s *Server) watchServer() {
+	defer s.wg.Done()
+	select {
+	case <-s.ns.Done():
+	case <-s.fault.stopped():
+		return
+	}
+	if s.stopping.Load() {
+		return
+	}
+	err := s.ns.Err()
+	s.logger.Error("the embedded NATS server stopped: stopping so that a supervisor restarts orderly", "err", err)
+	select {
+	case s.failed <- err:
+	default:
+	}
 }
 
 // bodyDeadline gives a request's body BodyTimeout to arrive, and lifts the

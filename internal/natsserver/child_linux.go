@@ -1,0 +1,9 @@
+package natsserver
+
+import "syscall"
+
+// childAttr makes the kernel kill the child when its parent dies, kill -9
+// included, so that it never outlives orderly holding the store.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

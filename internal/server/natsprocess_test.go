@@ -1,0 +1,86 @@
+package server_test
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/internal/natsserver"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// TestEmbeddedServerProcessDeathStopsOrderly: orderly cannot work without
+// its embedded server; when the server's process dies (killed, out of
+// memory), orderly reports it on Failed, for orderly serve to exit and its
+// supervisor to restart it, and the restart on the same data dir answers
+// every key as before.
+func TestEmbeddedServerProcessDeathStopsOrderly(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.NATSProcess = natsserver.Child
+	inst := orderlytest.Start(t, cfg)
+	pid := inst.NATSPID()
+	if pid == 0 {
+		t.Fatal("no process of its own for the embedded server")
+	}
+	first := inst.PostOrder(t, "child-1", orderlytest.Order("c"))
+	if first.Status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", first.Status, first.Body)
+	}
+
+	m := orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil)
+	if !bytes.Contains(m.Body, []byte("\norderly_nats_server_process_resident_memory_bytes ")) {
+		t.Fatalf("/metrics lacks the server process's memory:\n%.2000s", m.Body)
+	}
+
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-inst.Failed():
+		if err == nil || !strings.Contains(err.Error(), "embedded NATS server process exited") {
+			t.Fatalf("failed with %v, want the server's exit", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("orderly kept running without its NATS server")
+	}
+	inst.Stop(t)
+
+	again := orderlytest.Start(t, cfg)
+	r := again.PostOrder(t, "child-1", orderlytest.Order("c"))
+	if r.Status != first.Status || !bytes.Equal(r.Body, first.Body) || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after the restart: %d %s, want the replay of %d %s", r.Status, r.Body, first.Status, first.Body)
+	}
+}
+
+// TestEmbeddedServerInProcess: --nats-process in-process runs the server in
+// orderly's own process, with a client port or without.
+func TestEmbeddedServerInProcess(t *testing.T) {
+	t.Parallel()
+	for _, listen := range []string{"", "127.0.0.1:-1"} {
+		t.Run("listen="+listen, func(t *testing.T) {
+			t.Parallel()
+			cfg := orderlytest.Config(t)
+			cfg.NATSProcess = natsserver.InProcess
+			cfg.NATSListen = listen
+			inst := orderlytest.Start(t, cfg)
+			if pid := inst.NATSPID(); pid != 0 {
+				t.Fatalf("the server runs in process %d, want in orderly's", pid)
+			}
+			if got := inst.NATSURL() != ""; got != (listen != "") {
+				t.Fatalf("client URL %q with --nats-listen %q", inst.NATSURL(), listen)
+			}
+			r := inst.PostOrder(t, "in-process", orderlytest.Order("c"))
+			if r.Status != http.StatusCreated {
+				t.Fatalf("POST: %d %s", r.Status, r.Body)
+			}
+			again := inst.PostOrder(t, "in-process", orderlytest.Order("c"))
+			if again.Status != http.StatusCreated || !bytes.Equal(again.Body, r.Body) {
+				t.Fatalf("retry: %d %s, want %s", again.Status, again.Body, r.Body)
+			}
+		})
+	}
+}
