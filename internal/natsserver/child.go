@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -140,6 +142,10 @@ func runChild(stdin io.Reader, stdout, stderr io.Writer) int {
 
 	cfg := cc.Config
 	cfg.Logger = logger
+	if cfg.MemoryLimit > 0 {
+		debug.SetMemoryLimit(cfg.MemoryLimit)
+	}
+	logger.Debug("embedded NATS server process", "component", "nats-server", "pid", os.Getpid(), "memory_limit", debug.SetMemoryLimit(-1))
 	if cfg.Listen == "" {
 		// The parent needs a port; the accounts' users guard it.
 		cfg.Listen = "127.0.0.1:-1"
@@ -199,6 +205,11 @@ func StartChild(ctx context.Context, cfg Config, probeNkey string) (*ChildProces
 	}
 	if cfg.StoreDir, err = filepath.Abs(cfg.StoreDir); err != nil {
 		return nil, err
+	}
+	if cfg.MemoryLimit <= 0 {
+		if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
+			cfg.MemoryLimit = l
+		}
 	}
 	conf, err := json.Marshal(childConfig{Config: cfg, Parent: os.Getpid(), ProbeNkey: probeNkey})
 	if err != nil {
@@ -285,7 +296,9 @@ func (c *ChildProcess) relay(r io.Reader) {
 	for sc.Scan() {
 		line := sc.Text()
 		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) != nil {
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.UseNumber() // integers stay integers
+		if dec.Decode(&rec) != nil {
 			if strings.TrimSpace(line) == "" {
 				continue
 			}

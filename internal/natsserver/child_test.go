@@ -91,6 +91,7 @@ func TestChildServesJetStreamAndStops(t *testing.T) {
 	var logs syncBuffer
 	cfg := testConfig(t.TempDir())
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.MemoryLimit = 300 << 20
 	c := startChild(t, cfg)
 	if c.PID() == os.Getpid() || !alive(c.PID()) {
 		t.Fatalf("child PID %d is not a running process of its own", c.PID())
@@ -117,6 +118,9 @@ func TestChildServesJetStreamAndStops(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "component=nats-server") || !strings.Contains(logs.String(), "Server is ready") {
 		t.Fatalf("the child's log did not reach the parent's logger:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "memory_limit=314572800") {
+		t.Fatalf("the child did not take its memory limit:\n%s", logs.String())
 	}
 
 	pid := c.PID()

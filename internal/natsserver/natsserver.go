@@ -103,6 +103,10 @@ type Config struct {
 	// Probe are the client options (credentials) of the connection that waits
 	// for JetStream at start; needed with Accounts.
 	Probe []nats.Option `json:"-"`
+	// MemoryLimit is the soft limit of the Go heap of a server in a child
+	// process (StartChild); 0: the same as this process's (--memory-limit,
+	// GOMEMLIMIT), which is nats-server's heap in process.
+	MemoryLimit int64
 	// OnError, when set, is called with every error the server logs (for
 	// example "Filestore [ORDER_EVENTS] Critical write error: ...").
 	OnError func(msg string) `json:"-"`
