@@ -30,6 +30,10 @@ type WaitersConfig struct {
 }
 
 // ServerMetrics are the server's own figures, read from /metrics.
+//
+// RSSBytes and CPUSeconds are of every process the target reports: orderly's
+// own (process_*) and, under orderly serve, its embedded NATS server's child
+// process (orderly_nats_server_process_*).
 type ServerMetrics struct {
 	RSSBytes       float64 `json:"rss_bytes"`
 	HeapInuseBytes float64 `json:"heap_inuse_bytes"`
@@ -195,10 +199,14 @@ func readMetrics(ctx context.Context, client *http.Client, url string) (ServerMe
 		return 0
 	}
 	return ServerMetrics{
-		RSSBytes:       get("process_resident_memory_bytes"),
+		RSSBytes:       get("process_resident_memory_bytes") + get(childProcess+"resident_memory_bytes"),
 		HeapInuseBytes: get("go_memstats_heap_inuse_bytes"),
 		Goroutines:     get("go_goroutines"),
 		Waiters:        get("orderly_waiters"),
-		CPUSeconds:     get("process_cpu_seconds_total"),
+		CPUSeconds:     get("process_cpu_seconds_total") + get(childProcess+"cpu_seconds_total"),
 	}, nil
 }
+
+// childProcess prefixes the process metrics of orderly serve's embedded NATS
+// server, which runs in a child process (docs/adr/0014).
+const childProcess = "orderly_nats_server_process_"
