@@ -1,6 +1,7 @@
 package orderlytest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -252,8 +254,55 @@ func (p *Process) Start() {
 	}
 }
 
-// Kill9 kills the process with SIGKILL: no shutdown, no flush.
+// Kill9 kills the process with SIGKILL: no shutdown, no flush. Its own
+// children (orderly serve's embedded NATS server) must die with it: the test
+// fails if one is still running 10 s later.
 func (p *Process) Kill9() {
+	p.T.Helper()
+	children := childPIDs(p.Cmd.Process.Pid)
 	_ = p.Cmd.Process.Kill()
 	_, _ = p.Cmd.Process.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range children {
+		for running(c) {
+			if time.Now().After(deadline) {
+				p.T.Errorf("process %d, a child of the killed %s, outlived it", c, strings.Join(p.Args, " "))
+				_ = syscall.Kill(c, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// childPIDs lists pid's children (Linux; none elsewhere).
+func childPIDs(pid int) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var pids []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, c)
+			}
+		}
+	}
+	return pids
+}
+
+// running reports whether pid exists and has not exited (a zombie that a
+// container's init leaves unreaped has).
+func running(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
