@@ -36,6 +36,7 @@ func TestEmbeddedServerProcessDeathStopsOrderly(t *testing.T) {
 		t.Fatalf("/metrics lacks the server process's memory:\n%.2000s", m.Body)
 	}
 
+	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +45,7 @@ func TestEmbeddedServerProcessDeathStopsOrderly(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "embedded NATS server process exited") {
 			t.Fatalf("failed with %v, want the server's exit", err)
 		}
+		t.Logf("reported %s after the kill: %v", time.Since(killed).Round(time.Millisecond), err)
 	case <-time.After(15 * time.Second):
 		t.Fatal("orderly kept running without its NATS server")
 	}
