@@ -106,6 +106,7 @@ type ServeCmd struct {
 	DataDir         string        `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data, and the NATS credentials (credentials/*.nk, mode 0600)."`
 	NATSListen      string        `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services (with the credentials under <data-dir>/credentials); empty: no port for others (orderly itself reaches a server in its own process over a random loopback port, with the same credentials; in process, without a port)."`
 	NATSProcess     string        `name:"nats-process" env:"ORDERLY_NATS_PROCESS" enum:"child,in-process" default:"child" help:"Where the embedded NATS server runs: child (a process of its own, started from this binary, that dies with orderly: the server's garbage collection no longer pauses orderly's requests, replay p99 after a load 15-17 ms instead of 21-25, docs/adr/0014) or in-process."`
+	NATSPprofAddr   string        `name:"nats-pprof-addr" env:"ORDERLY_NATS_PPROF_ADDR" help:"Serve the Go profiles of the embedded NATS server's own process (net/http/pprof, no authentication) on this address, such as 127.0.0.1:6061; empty: off. With --nats-process in-process, --pprof-addr profiles both."`
 	Roles           []string      `name:"roles" env:"ORDERLY_ROLES" default:"api,processor" enum:"api,processor,projector" help:"Components to run in this process: api, processor, projector. The projector is optional: the processor stores each key's response itself; a projector writes the same responses again from the events (after restoring ORDER_EVENTS alone, or to complete the keys an earlier version left pending)."`
 	Fsync           string        `name:"fsync" env:"ORDERLY_FSYNC" default:"1s" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss), 'group' (every answer waits for a sync that many concurrent answers share: what clients are told survives power loss, at about twice the rate of always; event consumers may see an event that power loss takes back) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002 and 0012."`
 	MinFreeSpace    string        `name:"min-free-space" env:"ORDERLY_MIN_FREE_SPACE" default:"256MiB" help:"Free space of the data directory's file system below which new orders are refused (503, not ready) while accepted ones are still decided (down to half of it), so that the store never runs out of space. 0 turns the guard off."`
@@ -145,6 +146,7 @@ func (c *ServeCmd) config() (server.Config, error) {
 	cfg.DataDir = c.DataDir
 	cfg.NATSListen = c.NATSListen
 	cfg.NATSProcess = c.NATSProcess
+	cfg.NATSPprofAddr = c.NATSPprofAddr
 	var err error
 	if cfg.Fsync, err = natsserver.ParseFsync(c.Fsync); err != nil {
 		return cfg, err

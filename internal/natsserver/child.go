@@ -23,6 +23,8 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/orderly-dev/orderly/internal/ops"
 )
 
 // Where the embedded server runs (docs/adr/0014).
@@ -156,6 +158,14 @@ func runChild(stdin io.Reader, stdout, stderr io.Writer) int {
 			return fail(fmt.Errorf("embedded NATS child: %w", err))
 		}
 		cfg.Probe = []nats.Option{opt}
+	}
+	if cfg.PprofAddr != "" {
+		srv, addr, err := ops.ServePprof(cfg.PprofAddr)
+		if err != nil {
+			return fail(fmt.Errorf("embedded NATS child: %w", err))
+		}
+		defer srv.Close()
+		logger.Info("pprof of the embedded NATS server's process listening", "component", "nats-server", "addr", addr.String())
 	}
 	ns, err := Start(ctx, cfg)
 	if err != nil {

@@ -6,10 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -92,6 +95,7 @@ func TestChildServesJetStreamAndStops(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.MemoryLimit = 300 << 20
+	cfg.PprofAddr = "127.0.0.1:0"
 	c := startChild(t, cfg)
 	if c.PID() == os.Getpid() || !alive(c.PID()) {
 		t.Fatalf("child PID %d is not a running process of its own", c.PID())
@@ -121,6 +125,21 @@ func TestChildServesJetStreamAndStops(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "memory_limit=314572800") {
 		t.Fatalf("the child did not take its memory limit:\n%s", logs.String())
+	}
+
+	// The profiles served are the child's own.
+	m := regexp.MustCompile(`msg="pprof of the embedded NATS server's process listening".* addr=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no pprof address in the child's log:\n%s", logs.String())
+	}
+	resp, err := http.Get("http://" + m[1] + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdline, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(cmdline, []byte(childArg)) {
+		t.Fatalf("pprof's command line %q is not the child's", cmdline)
 	}
 
 	pid := c.PID()

@@ -107,6 +107,10 @@ type Config struct {
 	// process (StartChild); 0: the same as this process's (--memory-limit,
 	// GOMEMLIMIT), which is nats-server's heap in process.
 	MemoryLimit int64
+	// PprofAddr, when set, serves a child process's Go profiles there
+	// (net/http/pprof, no authentication: loopback). In process, the
+	// program's own profiles include the server.
+	PprofAddr string
 	// OnError, when set, is called with every error the server logs (for
 	// example "Filestore [ORDER_EVENTS] Critical write error: ...").
 	OnError func(msg string) `json:"-"`

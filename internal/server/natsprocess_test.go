@@ -58,6 +58,21 @@ func TestEmbeddedServerProcessDeathStopsOrderly(t *testing.T) {
 	}
 }
 
+// TestNATSPprofOnlyForAChild: the child's own profiles need a child.
+func TestNATSPprofOnlyForAChild(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.NATSPprofAddr = "127.0.0.1:0"
+	cfg.NATSProcess = natsserver.Child
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	cfg.NATSProcess = natsserver.InProcess
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "pprof") {
+		t.Fatalf("in process: %v, want the pprof address refused", err)
+	}
+}
+
 // TestEmbeddedServerInProcess: --nats-process in-process runs the server in
 // orderly's own process, with a client port or without.
 func TestEmbeddedServerInProcess(t *testing.T) {

@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -145,6 +144,9 @@ type Config struct {
 	Tracing tracing.Config
 	// PprofAddr, when set, serves net/http/pprof there (never on the API's port).
 	PprofAddr string
+	// NATSPprofAddr, when set, serves the profiles of the embedded server's
+	// child process there.
+	NATSPprofAddr string
 	// BatchWrites groups concurrent writes to a stream into atomic batches
 	// (group commit): with fsync always, one sync per batch instead of per
 	// message. Off by default: on a 2-core machine the batches that form are
@@ -230,6 +232,9 @@ func (c Config) Validate() error {
 	}
 	if c.NATSURL == "" && c.NATSProcess != natsserver.Child && c.NATSProcess != natsserver.InProcess {
 		errs = append(errs, fmt.Errorf("NATS process must be %s or %s, got %q", natsserver.Child, natsserver.InProcess, c.NATSProcess))
+	}
+	if c.NATSPprofAddr != "" && (c.NATSURL != "" || c.NATSProcess != natsserver.Child) {
+		errs = append(errs, errors.New("NATS pprof address: only for an embedded server in its own process (in process, the pprof address profiles both)"))
 	}
 	if c.Fsync.Group && (c.NATSURL != "" || c.Cluster != nil) {
 		// The group commit syncs the embedded server's files, and a stream of
@@ -446,7 +451,7 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		ncfg := natsserver.Config{
 			ServerName: s.cfg.NATSName, StoreDir: abs, Listen: s.cfg.NATSListen,
 			Fsync: s.cfg.Fsync, Cluster: s.cfg.Cluster, Logger: s.logger, OnError: s.fault.observe,
-			Accounts: s.creds.ConfigPath(), Probe: []nats.Option{operator},
+			Accounts: s.creds.ConfigPath(), Probe: []nats.Option{operator}, PprofAddr: s.cfg.NATSPprofAddr,
 		}
 		if s.cfg.MinFreeSpace > 0 {
 			// The disk guard follows the real free space; nats-server's own
@@ -878,19 +883,12 @@ func (s *Server) serveHTTP(h http.Handler) error {
 
 // startPprof serves the profiling endpoints on their own listener.
 func (s *Server) startPprof(addr string) error {
-	ln, err := net.Listen("tcp", addr)
+	srv, bound, err := ops.ServePprof(addr)
 	if err != nil {
-		return fmt.Errorf("pprof listen: %w", err)
+		return err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	s.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.pprof.Serve(ln) }()
-	s.logger.Info("pprof listening", "addr", ln.Addr().String())
+	s.pprof = srv
+	s.logger.Info("pprof listening", "addr", bound.String())
 	return nil
 }
 
