@@ -211,7 +211,7 @@ func StartChild(ctx context.Context, cfg Config, probeNkey string) (*ChildProces
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("embedded NATS: find this program to start the server's process: %w", err)
+		return nil, fmt.Errorf("embedded NATS: find this program to start the server's process (--nats-process in-process runs it in this one): %w", err)
 	}
 	if cfg.StoreDir, err = filepath.Abs(cfg.StoreDir); err != nil {
 		return nil, err
@@ -266,7 +266,7 @@ func StartChild(ctx context.Context, cfg Config, probeNkey string) (*ChildProces
 		close(c.done)
 	}()
 	if err := <-started; err != nil {
-		return nil, fmt.Errorf("embedded NATS: start the server's process: %w", err)
+		return nil, fmt.Errorf("embedded NATS: start the server's process (--nats-process in-process runs it in this one): %w", err)
 	}
 	if _, err := c.stdin.Write(append(conf, '\n')); err != nil {
 		c.kill()
