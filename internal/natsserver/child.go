@@ -119,19 +119,11 @@ func runChild(stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(errors.New("embedded NATS child: the parent is gone"))
 	}
 	// Stop when the parent closes stdin or dies.
-	gone := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, io.MultiReader(dec.Buffered(), stdin))
-		close(gone)
-	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		select {
-		case <-gone:
-			cancel()
-		case <-ctx.Done():
-		}
+		_, _ = io.Copy(io.Discard, io.MultiReader(dec.Buffered(), stdin))
+		cancel()
 	}()
 	lock := flock.New(filepath.Join(cc.StoreDir, lockFile), flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o644))
 	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)

@@ -1,4 +1,4 @@
-package natsserver
+package natsserver_test
 
 import (
 	"bufio"
@@ -13,10 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +22,9 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/internal/natsserver"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
 // parentEnv makes the test binary a parent that starts a child on the store
@@ -31,9 +32,9 @@ import (
 const parentEnv = "ORDERLY_TEST_CHILD_PARENT"
 
 func TestMain(m *testing.M) {
-	RunChildIfAsked()
+	natsserver.RunChildIfAsked()
 	if dir := os.Getenv(parentEnv); dir != "" {
-		c, err := StartChild(context.Background(), testConfig(dir), "")
+		c, err := natsserver.StartChild(context.Background(), testConfig(dir), "")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -44,15 +45,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func testConfig(dir string) Config {
-	return Config{ServerName: "child-test", StoreDir: dir, Fsync: Fsync{Interval: time.Second}}
+func testConfig(dir string) natsserver.Config {
+	return natsserver.Config{ServerName: "child-test", StoreDir: dir, Fsync: natsserver.Fsync{Interval: time.Second}}
 }
 
-func startChild(t *testing.T, cfg Config) *ChildProcess {
+func startChild(t *testing.T, cfg natsserver.Config) *natsserver.ChildProcess {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := StartChild(ctx, cfg, "")
+	c, err := natsserver.StartChild(ctx, cfg, "")
 	if err != nil {
 		t.Fatalf("start the child: %v", err)
 	}
@@ -60,29 +61,10 @@ func startChild(t *testing.T, cfg Config) *ChildProcess {
 	return c
 }
 
-// alive reports whether pid is a process that has not exited (a zombie,
-// which a container's init may leave unreaped, has).
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return runtime.GOOS != "linux"
-	}
-	// pid (comm) S ...: the state follows the last parenthesis.
-	i := bytes.LastIndexByte(stat, ')')
-	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
-}
-
 func waitGone(t *testing.T, pid int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs after %s", pid, within)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !orderlytest.Exited(pid, within) {
+		t.Fatalf("process %d still runs after %s", pid, within)
 	}
 }
 
@@ -91,13 +73,13 @@ func waitGone(t *testing.T, pid int, within time.Duration) {
 // parent shuts it down, releasing the store.
 func TestChildServesJetStreamAndStops(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs orderlytest.Buffer
 	cfg := testConfig(t.TempDir())
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.MemoryLimit = 300 << 20
 	cfg.PprofAddr = "127.0.0.1:0"
 	c := startChild(t, cfg)
-	if c.PID() == os.Getpid() || !alive(c.PID()) {
+	if c.PID() == os.Getpid() || !orderlytest.Running(c.PID()) {
 		t.Fatalf("child PID %d is not a running process of its own", c.PID())
 	}
 	if !strings.HasPrefix(c.ClientURL(), "nats://127.0.0.1:") {
@@ -138,7 +120,7 @@ func TestChildServesJetStreamAndStops(t *testing.T) {
 	}
 	cmdline, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !bytes.Contains(cmdline, []byte(childArg)) {
+	if !bytes.Contains(cmdline, []byte(natsserver.ChildArg)) {
 		t.Fatalf("pprof's command line %q is not the child's", cmdline)
 	}
 
@@ -150,7 +132,7 @@ func TestChildServesJetStreamAndStops(t *testing.T) {
 		t.Fatal("Shutdown returned before the child exited")
 	}
 	waitGone(t, pid, 5*time.Second)
-	lock := flock.New(filepath.Join(cfg.StoreDir, lockFile))
+	lock := flock.New(filepath.Join(cfg.StoreDir, natsserver.LockFile))
 	if ok, err := lock.TryLock(); err != nil || !ok {
 		t.Fatalf("the store is still locked after the child stopped: %v", err)
 	}
@@ -220,7 +202,7 @@ func TestChildDiesWithItsParent(t *testing.T) {
 		t.Fatalf("the parent did not start its child: %v", err)
 	}
 	child, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil || !alive(child) {
+	if err != nil || !orderlytest.Running(child) {
 		_ = parent.Process.Kill()
 		t.Fatalf("child PID %q not running: %v", line, err)
 	}
@@ -244,13 +226,13 @@ func TestChildDiesWithItsParent(t *testing.T) {
 func TestChildWaitsForTheStore(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	lock := flock.New(filepath.Join(dir, lockFile))
+	lock := flock.New(filepath.Join(dir, natsserver.LockFile))
 	if ok, err := lock.TryLock(); err != nil || !ok {
 		t.Fatalf("lock: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if c, err := StartChild(ctx, testConfig(dir), ""); err == nil {
+	if c, err := natsserver.StartChild(ctx, testConfig(dir), ""); err == nil {
 		c.Shutdown()
 		t.Fatal("a child served a store another process holds")
 	} else if !errors.Is(err, context.DeadlineExceeded) {
@@ -260,7 +242,7 @@ func TestChildWaitsForTheStore(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel2()
 	go func() { time.Sleep(500 * time.Millisecond); _ = lock.Unlock() }()
-	c, err := StartChild(ctx2, testConfig(dir), "")
+	c, err := natsserver.StartChild(ctx2, testConfig(dir), "")
 	if err != nil {
 		t.Fatalf("the child did not take the released store: %v", err)
 	}
@@ -270,26 +252,8 @@ func TestChildWaitsForTheStore(t *testing.T) {
 // TestChildRefusesWithoutTheHook: a program started as a child that did not
 // call RunChildIfAsked must not start children of its own.
 func TestChildRefusesWithoutTheHook(t *testing.T) {
-	t.Setenv(childEnv, "1")
-	if _, err := StartChild(context.Background(), testConfig(t.TempDir()), ""); err == nil || !strings.Contains(err.Error(), "RunChildIfAsked") {
+	t.Setenv(natsserver.ChildEnv, "1")
+	if _, err := natsserver.StartChild(context.Background(), testConfig(t.TempDir()), ""); err == nil || !strings.Contains(err.Error(), "RunChildIfAsked") {
 		t.Fatalf("err = %v", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that the logger's goroutines may share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

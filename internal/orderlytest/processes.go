@@ -264,15 +264,23 @@ func (p *Process) Kill9() {
 	_, _ = p.Cmd.Process.Wait()
 	deadline := time.Now().Add(10 * time.Second)
 	for _, c := range children {
-		for running(c) {
-			if time.Now().After(deadline) {
-				p.T.Errorf("process %d, a child of the killed %s, outlived it", c, strings.Join(p.Args, " "))
-				_ = syscall.Kill(c, syscall.SIGKILL)
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !Exited(c, time.Until(deadline)) {
+			p.T.Errorf("process %d, a child of the killed %s, outlived it", c, strings.Join(p.Args, " "))
+			_ = syscall.Kill(c, syscall.SIGKILL)
 		}
 	}
+}
+
+// Exited waits up to within for pid to exit, and reports whether it has.
+func Exited(pid int, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for Running(pid) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
 
 // childPIDs lists pid's children (Linux; none elsewhere).
@@ -293,9 +301,9 @@ func childPIDs(pid int) []int {
 	return pids
 }
 
-// running reports whether pid exists and has not exited (a zombie that a
+// Running reports whether pid exists and has not exited (a zombie that a
 // container's init leaves unreaped has).
-func running(pid int) bool {
+func Running(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
 	}

@@ -479,17 +479,15 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 				Namespace: "orderly_nats_server",
 				PidFn:     func() (int, error) { return child.PID(), nil },
 			}))
-			s.logger.Info("embedded NATS started in its own process", "pid", child.PID(), "store", abs, "client_url", s.NATSURL(),
-				"fsync", s.cfg.Fsync.String(), "credentials", s.creds.Dir)
 		} else {
 			ns, err := natsserver.Start(ctx, ncfg)
 			if err != nil {
 				return nil, err
 			}
 			s.ns = natsserver.Local(ns)
-			s.logger.Info("embedded NATS started", "store", abs, "client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String(),
-				"credentials", s.creds.Dir)
 		}
+		s.logger.Info("embedded NATS started", "process", s.cfg.NATSProcess, "pid", s.NATSPID(), "store", abs,
+			"client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String(), "credentials", s.creds.Dir)
 		// The components reach an embedded server over loopback TCP when it
 		// listens (a child always does, on a port of its own without
 		// --nats-listen): nats-server's in-process connection is a
