@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	gojson "github.com/goccy/go-json"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsonr"
 	"github.com/orderly-dev/orderly/internal/problem"
 )
 
@@ -214,35 +214,8 @@ func readInteger(d *jsontext.Decoder, min int64) (int64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	n, ok := parseInteger(v)
+	n, ok := jsonr.ParseInt(v)
 	return n, ok && n >= min
-}
-
-// parseInteger parses the text of a valid JSON number as strconv.ParseInt
-// does, without allocating: ok is false for a fraction, an exponent or a
-// value outside int64.
-func parseInteger(v []byte) (int64, bool) {
-	neg := len(v) > 0 && v[0] == '-'
-	if neg {
-		v = v[1:]
-	}
-	if len(v) == 0 || len(v) > 19 {
-		return 0, false
-	}
-	var u uint64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		u = u*10 + uint64(c-'0') // 19 digits fit in a uint64
-	}
-	switch {
-	case !neg && u <= math.MaxInt64:
-		return int64(u), true
-	case neg && u <= -math.MinInt64:
-		return -int64(u), true
-	}
-	return 0, false
 }
 
 // decodeChecked decodes body field by field and reports every problem.

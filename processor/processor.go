@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsonr"
 )
 
 // Claims is where the processor claims idempotency keys.
@@ -535,8 +536,8 @@ func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
 
 // decodeCommand decodes and checks a delivered command and computes its order ID.
 func decodeCommand(d Delivery) (events.CreateOrder, string, error) {
-	var cmd events.CreateOrder
-	if err := gojson.Unmarshal(d.Data, &cmd); err != nil {
+	cmd, err := jsonr.DecodeCreateOrder(d.Data)
+	if err != nil {
 		return cmd, "", fmt.Errorf("undecodable command: %w", err)
 	}
 	var errs []error

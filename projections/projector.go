@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderly-dev/orderly/events"
@@ -59,8 +58,8 @@ var ErrUnknownType = errors.New("unknown event type")
 func Project(data []byte) (Projection, error) {
 	// One pass over the event: its data decoded into the fields of both
 	// kinds at once (they share no name with different meanings).
-	var ev events.Event[anyOrderEvent]
-	if err := gojson.Unmarshal(data, &ev); err != nil {
+	ev, err := decodeEvent(data)
+	if err != nil {
 		return Projection{}, fmt.Errorf("decode event: %w", err)
 	}
 	switch ev.Type {

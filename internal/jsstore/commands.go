@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsonr"
 	"github.com/orderly-dev/orderly/internal/tracing"
 )
 
@@ -45,7 +45,7 @@ func (c *Commands) publish(ctx context.Context, cmd events.CreateOrder) (seq uin
 	if cmd.TraceParent == "" {
 		cmd.TraceParent, cmd.TraceState = tracing.TraceParent(ctx)
 	}
-	data, err := gojson.Marshal(cmd)
+	data, err := encodeCommand(cmd)
 	if err != nil {
 		return 0, false, err
 	}
@@ -85,8 +85,8 @@ func (c *Commands) command(ctx context.Context, seq uint64) (events.CreateOrder,
 	if m.Subject != events.CommandSubject {
 		return events.CreateOrder{}, jetstream.ErrMsgNotFound
 	}
-	var cmd events.CreateOrder
-	if err := gojson.Unmarshal(m.Data, &cmd); err != nil {
+	cmd, err := jsonr.DecodeCreateOrder(m.Data)
+	if err != nil {
 		return events.CreateOrder{}, fmt.Errorf("command at %d: %w", seq, err)
 	}
 	return cmd, nil
