@@ -193,29 +193,28 @@ func (s *Service) await(ctx context.Context, in SubmitOrder, orderID string, upd
 	if wait <= 0 || updates == nil {
 		return notYet, nil
 	}
-	timer := time.NewTimer(wait)
+	// One timer for both: the next poll, or the end of the wait. The store
+	// is read directly now and then: often while the watcher is down (its
+	// updates would be missed), rarely as a safety net otherwise; and once
+	// more at the end, as the watch may lag behind the store.
+	end := time.Now().Add(wait)
+	timer := time.NewTimer(min(s.pollInterval(), wait))
 	defer timer.Stop()
-	// The store is read directly now and then: often while the watcher is
-	// down (its updates would be missed), rarely as a safety net otherwise.
-	poll := time.NewTimer(s.pollInterval())
-	defer poll.Stop()
 	for {
 		select {
 		case r := <-updates:
 			if r.Completed() {
 				return s.decided(in, orderID, r, replay)
 			}
-		case <-poll.C:
-			if r, found, err := s.peek(ctx, in.KeyHash); err == nil && found && r.Completed() {
-				return s.decided(in, orderID, r, replay)
-			}
-			poll.Reset(s.pollInterval())
 		case <-timer.C:
-			// The watch may lag behind the bucket: look once more before giving up.
 			if r, found, err := s.peek(ctx, in.KeyHash); err == nil && found && r.Completed() {
 				return s.decided(in, orderID, r, replay)
 			}
-			return notYet, nil
+			left := time.Until(end)
+			if left <= 0 {
+				return notYet, nil
+			}
+			timer.Reset(min(s.pollInterval(), left))
 		case <-ctx.Done():
 			return notYet, nil
 		case <-s.draining:

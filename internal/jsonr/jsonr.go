@@ -202,6 +202,39 @@ func (d *Decoder) Int() int64 {
 	return n
 }
 
+// Bool reads true or false.
+func (d *Decoder) Bool() bool {
+	if !d.ok {
+		return false
+	}
+	d.space()
+	rest := d.b[d.i:]
+	switch {
+	case len(rest) >= 4 && string(rest[:4]) == "true":
+		d.i += 4
+		d.delimited()
+		return true
+	case len(rest) >= 5 && string(rest[:5]) == "false":
+		d.i += 5
+		d.delimited()
+		return false
+	}
+	d.ok = false
+	return false
+}
+
+// delimited stops d unless a literal just read ends where it should
+// (truex is not true).
+func (d *Decoder) delimited() {
+	if d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r', ',', '}', ']':
+		default:
+			d.ok = false
+		}
+	}
+}
+
 // Time reads a time as time.Time.UnmarshalJSON does.
 func (d *Decoder) Time() time.Time {
 	var t time.Time

@@ -2,6 +2,7 @@ package jsstore
 
 import (
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -99,5 +100,58 @@ func BenchmarkEncodeCommand(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// checkPubAck: what the one-pass reader takes, it decodes as go-json.
+func checkPubAck(t *testing.T, data []byte) (read bool) {
+	t.Helper()
+	got, ok := readPubAck(data)
+	if !ok {
+		return false
+	}
+	var want pubAckReply
+	if err := gojson.Unmarshal(data, &want); err != nil {
+		t.Fatalf("read %s, which go-json refuses: %v", data, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s\nread    %#v\ngo-json %#v", data, got, want)
+	}
+	return true
+}
+
+func TestPubAckAsGoJSON(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{
+		`{"stream":"ORDER_COMMANDS","seq":42}`,
+		`{"stream":"ORDER_COMMANDS","seq":42,"duplicate":true}`,
+		`{"stream":"S", "domain":"hub" ,"seq":0,"duplicate":false,"val":"v"}`,
+	} {
+		if !checkPubAck(t, []byte(doc)) {
+			t.Errorf("%s left to go-json", doc)
+		}
+	}
+	for _, doc := range []string{
+		`{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"},"stream":"S","seq":0}`,
+		`{"stream":"S","seq":-1}`,
+		`{"stream":"S","seq":18446744073709551615}`,
+		`{"stream":"S","seq":1,"duplicate":truex}`,
+		`{"stream":"S","seq":1,"duplicate":1}`,
+		`{"stream":"S","seq":1,"batch":"b","count":2}`,
+	} {
+		if _, ok := readPubAck([]byte(doc)); ok {
+			t.Errorf("read %s, which it should leave to go-json", doc)
+		}
+	}
+	if ack, err := decodePubAck([]byte(`{"error":{"code":503,"err_code":10077,"description":"full"},"stream":"S"}`)); err != nil || ack.Error == nil || ack.Error.ErrorCode != 10077 {
+		t.Fatalf("an error ack decoded as %#v (%v)", ack, err)
+	}
+}
+
+func FuzzPubAck(f *testing.F) {
+	f.Add([]byte(`{"stream":"ORDER_COMMANDS","seq":42,"duplicate":true}`))
+	f.Add([]byte(`{"stream":"S", "domain":"hub" ,"seq":0,"duplicate":false,"val":"v"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkPubAck(t, data)
 	})
 }
