@@ -6,26 +6,19 @@ import (
 	"testing"
 	"time"
 
-	gojson "github.com/goccy/go-json"
-
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsonr/jsonrtest"
 	"github.com/orderly-dev/orderly/processor"
 )
 
-// checkDecodeEvent: what the one-pass reader takes, it decodes as go-json.
+// checkDecodeEvent: what the one-pass reader takes, it decodes as go-json,
+// and decodeEvent returns it.
 func checkDecodeEvent(t *testing.T, data []byte) (read bool) {
 	t.Helper()
-	got, ok := readEvent(data)
-	if !ok {
+	if !jsonrtest.Agrees(t, data, readEvent) {
 		return false
 	}
-	var want events.Event[anyOrderEvent]
-	if err := gojson.Unmarshal(data, &want); err != nil {
-		t.Fatalf("read %s, which go-json refuses: %v", data, err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("%s\nread    %#v\ngo-json %#v", data, got, want)
-	}
+	want, _ := readEvent(data)
 	if dec, err := decodeEvent(data); err != nil || !reflect.DeepEqual(dec, want) {
 		t.Fatalf("decodeEvent %#v (%v)", dec, err)
 	}

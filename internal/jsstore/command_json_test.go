@@ -2,13 +2,13 @@ package jsstore
 
 import (
 	"math"
-	"reflect"
 	"testing"
 	"time"
 
 	gojson "github.com/goccy/go-json"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsonr/jsonrtest"
 )
 
 // checkCommand: the command's bytes are go-json's, whichever encoder made
@@ -106,18 +106,7 @@ func BenchmarkEncodeCommand(b *testing.B) {
 // checkPubAck: what the one-pass reader takes, it decodes as go-json.
 func checkPubAck(t *testing.T, data []byte) (read bool) {
 	t.Helper()
-	got, ok := readPubAck(data)
-	if !ok {
-		return false
-	}
-	var want pubAckReply
-	if err := gojson.Unmarshal(data, &want); err != nil {
-		t.Fatalf("read %s, which go-json refuses: %v", data, err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("%s\nread    %#v\ngo-json %#v", data, got, want)
-	}
-	return true
+	return jsonrtest.Agrees(t, data, readPubAck)
 }
 
 func TestPubAckAsGoJSON(t *testing.T) {
