@@ -82,10 +82,10 @@ type Members struct {
 	seen  uint64
 }
 
-// Member reads the next member's name, the name's bit in a reader's own
-// numbering (n, below 64) saying which it is, and the ':' after it; more is
-// false at the object's '}'. A name read twice stops d (go-json keeps the
-// last; the reader would have to agree on which).
+// Member reads the next member's name (as written, between its quotes)
+// and the ':' after it; more is false at the object's '}'. The reader then
+// calls Once with the name's number, so that a name given twice stops d
+// (go-json keeps the last; the reader would have to agree on which).
 func (d *Decoder) Member(m *Members) (name []byte, more bool) {
 	if !d.ok {
 		return nil, false
@@ -122,8 +122,9 @@ func (d *Decoder) Once(m *Members, n uint) {
 
 // End reads the end of the document: nothing but white space may follow.
 func (d *Decoder) End() bool {
-	if d.ok && d.peek() != 0 {
-		d.ok = false
+	if d.ok {
+		d.space()
+		d.ok = d.i == len(d.b) // a NUL byte is trailing data too
 	}
 	return d.ok
 }

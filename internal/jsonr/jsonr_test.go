@@ -57,6 +57,8 @@ func TestCreateOrder(t *testing.T) {
 		`{"request":{"items":[{"sku":"a","sku":"b"}]}}`,
 		"{\"tenant\":\"\xff\"}",
 		`{} {}`,
+		"{}\x00",
+		"{\"type\":\"x\"}\x00 ",
 		`[]`,
 		`{"type":"x"`,
 	} {
