@@ -100,6 +100,11 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // Temporary reports whether the call may succeed later unchanged.
 func (e *StoreError) Temporary() bool { return IsUnavailable(e.Err) }
 
+// Shed reports whether the write was refused for want of free space
+// (the disk guard): nothing was stored, and trying again within a request
+// will not help.
+func (e *StoreError) Shed() bool { return errors.Is(e.Err, ErrStorageLow) }
+
 // NotStored reports whether a write certainly stored nothing.
 func (e *StoreError) NotStored() bool {
 	var apiErr *jetstream.APIError

@@ -132,6 +132,13 @@ func TestFullDiskLosesNoAcceptedOrder(t *testing.T) {
 
 	load := startLoad(t, inst.URL, "full")
 	orderlytest.Eventually(t, 3*time.Minute, "the disk to fill", func() bool { return load.refused.Load() > 100 })
+	// A refusal for want of space is answered at once: waiting out the
+	// request's budget (10 s) would only hold the client for the same 503.
+	begin := time.Now()
+	r := inst.PostOrder(t, "full-at-once", orderlytest.Order("c-full"), "Prefer: respond-async")
+	if took := time.Since(begin); r.Status != http.StatusServiceUnavailable || !bytes.Contains(r.Body, []byte("service_unavailable")) || took > 2*time.Second {
+		t.Fatalf("a new order on a full disk: %d after %s: %s", r.Status, took.Round(time.Millisecond), r.Body)
+	}
 	var notReady int
 	for end := time.Now().Add(25 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
 		if _, ok := readyz(inst.URL); !ok {
