@@ -114,22 +114,19 @@ func (f *fakeWatcher) send(key string, r idempotency.Record) {
 	}
 }
 
-// storeErr is an adapter's error: Temporary, NotStored and Shed as the
-// port says.
-type storeErr struct{ temporary, notStored, shed bool }
+// storeErr is an adapter's error: Temporary and NotStored as the port says.
+type storeErr struct{ temporary, notStored bool }
 
 func (e storeErr) Error() string {
 	return fmt.Sprintf("store error (temporary %v, not stored %v)", e.temporary, e.notStored)
 }
 func (e storeErr) Temporary() bool { return e.temporary }
 func (e storeErr) NotStored() bool { return e.notStored }
-func (e storeErr) Shed() bool      { return e.shed }
 
 var (
-	timedOut  = storeErr{temporary: true}                              // may have been stored
-	noLeader  = storeErr{temporary: true, notStored: true}             // the server said no
-	malformed = storeErr{notStored: true}                              // a permanent refusal
-	diskLow   = storeErr{temporary: true, notStored: true, shed: true} // below the reserve
+	timedOut  = storeErr{temporary: true}                  // may have been stored
+	noLeader  = storeErr{temporary: true, notStored: true} // the server said no
+	malformed = storeErr{notStored: true}                  // a permanent refusal
 )
 
 type fakeCommands struct {
@@ -293,8 +290,6 @@ func TestSubmit(t *testing.T) {
 		{name: "read keeps failing: unavailable, nothing published", setup: func(f *fixture) { f.results.err = timedOut },
 			in: submit(0, 0), err: ErrUnavailable},
 		{name: "publish refused by the store: unavailable", setup: func(f *fixture) { f.commands.err = malformed },
-			in: submit(0, 0), err: ErrUnavailable, published: 1},
-		{name: "publish refused for want of space: unavailable at once, not tried again", setup: func(f *fixture) { f.commands.err = diskLow },
 			in: submit(0, 0), err: ErrUnavailable, published: 1},
 		{name: "publish refused while a leader is elected, then stored", setup: func(f *fixture) { f.commands.failFirst, f.commands.failWith = 3, noLeader },
 			in: submit(0, 0), kind: Accepted, orderID: firstID, published: 4},

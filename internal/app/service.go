@@ -57,14 +57,11 @@ type Watcher interface {
 // the same command again is safe. Command reads the command at a stream
 // sequence; FindCommand the command of an order, ok false when there is none.
 //
-// The errors of every port may say more through methods (the adapter
+// The errors of every port may say more through two methods (the adapter
 // implements them, as net.Error does Timeout): Temporary() bool, true when
 // NATS was unavailable and the call may succeed later unchanged; and, for
 // Publish, NotStored() bool, true when nothing was certainly stored. A
-// Publish error without NotStored may have stored the command. A Publish
-// error with Shed() bool true is a refusal that outlasts a request (the
-// store's free space below its reserve): it is answered at once, not
-// tried again within the request.
+// Publish error without NotStored may have stored the command.
 type Commands interface {
 	Publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate bool, err error)
 	Command(ctx context.Context, seq uint64) (events.CreateOrder, error)
@@ -138,14 +135,6 @@ var (
 func temporary(err error) bool {
 	var t interface{ Temporary() bool }
 	return errors.As(err, &t) && t.Temporary()
-}
-
-// shed reports whether the store refused a write for a condition that
-// outlasts the request: waiting out the request's budget would only hold
-// the client (and its connection) for a 503 all the same.
-func shed(err error) bool {
-	var l interface{ Shed() bool }
-	return errors.As(err, &l) && l.Shed()
 }
 
 // notStored reports whether a write certainly stored nothing.
@@ -385,7 +374,7 @@ func (s *Service) publish(ctx context.Context, cmd events.CreateOrder) (seq uint
 			sent = true
 		}
 		s.logger.DebugContext(ctx, "publish attempt failed", "attempt", n, "expired", expired, "err", err)
-		if !temporary(err) && !expired || shed(err) {
+		if !temporary(err) && !expired {
 			return 0, false, s.publishFailed(sent, err)
 		}
 		if ctx.Err() != nil || !pause(ctx, deadline, n) {

@@ -21,7 +21,7 @@ import (
 	"github.com/orderly-dev/orderly/events"
 )
 
-// Decoder reads one document; the first thing it cannot read sticks (Ok
+// Decoder reads one document; the first thing it cannot read sticks (End
 // then reports false, and every read returns a zero value). Its strings
 // share one copy of the document: a reader whose values outlive the
 // document by long (a cache) copies them.
@@ -34,9 +34,6 @@ type Decoder struct {
 
 // New returns a Decoder of data.
 func New(data []byte) Decoder { return Decoder{b: data, ok: true} }
-
-// Ok reports whether everything so far was read.
-func (d *Decoder) Ok() bool { return d.ok }
 
 // Fail stops d: a reader met a name or a value it does not take.
 func (d *Decoder) Fail() { d.ok = false }

@@ -105,7 +105,7 @@ func TestTimeAsUnmarshalJSON(t *testing.T) {
 	got := d.Time()
 	var want time.Time
 	if err := want.UnmarshalJSON([]byte(`"2026-12-01T05:07:43.5+02:00"`)); err != nil || !d.End() || !got.Equal(want) {
-		t.Fatalf("read %v (%v), want %v", got, d.Ok(), want)
+		t.Fatalf("read %v, want %v", got, want)
 	}
 }
 

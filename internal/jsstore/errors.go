@@ -97,13 +97,13 @@ type StoreError struct{ Err error }
 func (e *StoreError) Error() string { return e.Err.Error() }
 func (e *StoreError) Unwrap() error { return e.Err }
 
-// Temporary reports whether the call may succeed later unchanged.
-func (e *StoreError) Temporary() bool { return IsUnavailable(e.Err) }
-
-// Shed reports whether the write was refused for want of free space
-// (the disk guard): nothing was stored, and trying again within a request
-// will not help.
-func (e *StoreError) Shed() bool { return errors.Is(e.Err, ErrStorageLow) }
+// Temporary reports whether the call may succeed if tried again within a
+// request: NATS was unavailable. A write the disk guard refused is not:
+// the free space does not come back in seconds, so the API answers 503 at
+// once instead of holding its client for the request's whole budget.
+func (e *StoreError) Temporary() bool {
+	return IsUnavailable(e.Err) && !errors.Is(e.Err, ErrStorageLow)
+}
 
 // NotStored reports whether a write certainly stored nothing.
 func (e *StoreError) NotStored() bool {

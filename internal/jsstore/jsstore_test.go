@@ -276,6 +276,31 @@ func TestIsUnavailable(t *testing.T) {
 	}
 }
 
+// TestStoreErrorSaysWhatARetryCanDo: the API tries a publish again within
+// its request only when it is Temporary; a refusal of the disk guard is
+// not (the free space does not come back in seconds), though it stored
+// nothing and NATS may take the write later.
+func TestStoreErrorSaysWhatARetryCanDo(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err                  error
+		temporary, notStored bool
+	}{
+		{fmt.Errorf("%w: 100 KiB free", jsstore.ErrStorageLow), false, true},
+		{nats.ErrNoResponders, true, true},
+		{context.DeadlineExceeded, true, false},
+		{errors.New("decode"), false, false},
+	} {
+		e := &jsstore.StoreError{Err: tc.err}
+		if e.Temporary() != tc.temporary || e.NotStored() != tc.notStored {
+			t.Errorf("%v: Temporary %v NotStored %v, want %v %v", tc.err, e.Temporary(), e.NotStored(), tc.temporary, tc.notStored)
+		}
+	}
+	if !jsstore.IsUnavailable(jsstore.ErrStorageLow) {
+		t.Error("a refusal for want of space is no longer a fault of the store: the pipeline would give its command up")
+	}
+}
+
 func TestConnectGivesUpWithTheContext(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
