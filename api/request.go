@@ -130,7 +130,8 @@ func readItems(d *jsontext.Decoder) ([]events.Item, bool) {
 	if t, err := d.ReadToken(); err != nil || t.Kind() != '[' {
 		return nil, false
 	}
-	items := make([]events.Item, 0, 4)
+	var buf [16]events.Item // most orders fit: one exact allocation when they do
+	items := buf[:0]
 	for d.PeekKind() == '{' {
 		if len(items) == MaxItems {
 			return nil, false
@@ -144,7 +145,7 @@ func readItems(d *jsontext.Decoder) ([]events.Item, bool) {
 	if t, err := d.ReadToken(); err != nil || t.Kind() != ']' || len(items) == 0 {
 		return nil, false
 	}
-	return items, true
+	return slices.Clone(items), true
 }
 
 func readItem(d *jsontext.Decoder) (it events.Item, ok bool) {

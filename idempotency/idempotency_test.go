@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -117,10 +118,24 @@ func TestStoredResponses(t *testing.T) {
 func BenchmarkFingerprint(b *testing.B) {
 	total := int64(5090)
 	req := events.OrderRequest{CustomerID: "c-42", Currency: "EUR", Items: []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPrice: 2495}, {SKU: "SKU-2", Quantity: 1, UnitPrice: 100}}, Total: &total}
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		_ = idempotency.Fingerprint(req)
+	b.Run("2-lines", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = idempotency.Fingerprint(req)
+		}
+	})
+	// About the size of orderly bench's default 500-byte order.
+	big := req
+	big.Items = nil
+	for i := range 10 {
+		big.Items = append(big.Items, events.Item{SKU: fmt.Sprintf("SKU-%05d", i), Quantity: int64(i%3 + 1), UnitPrice: int64(995 + i)})
 	}
+	b.Run("10-lines", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = idempotency.Fingerprint(big)
+		}
+	})
 }
 
 func BenchmarkKeyHash(b *testing.B) {

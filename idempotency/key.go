@@ -37,7 +37,7 @@ func ValidKeyHash(s string) bool { return len(s) == KeyHashLen && events.IsBase6
 // encoding/json writes, which it falls back to for any string that
 // encoding/json would escape (TestFingerprintMatchesEncodingJSON).
 func Fingerprint(req events.OrderRequest) string {
-	var buf [512]byte
+	var buf [1024]byte // an order of up to about ten lines is hashed without allocating
 	b, ok := appendCanonical(buf[:0], req)
 	if !ok {
 		var err error

@@ -13,8 +13,10 @@ package jsonr
 import (
 	"bytes"
 	"math"
+	"slices"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	gojson "github.com/goccy/go-json"
 
@@ -23,8 +25,10 @@ import (
 
 // Decoder reads one document; the first thing it cannot read sticks (End
 // then reports false, and every read returns a zero value). Its strings
-// share one copy of the document: a reader whose values outlive the
-// document by long (a cache) copies them.
+// share the document's bytes, uncopied: the document must not change while
+// they are in use (orderly decodes only messages it was handed, whose bytes
+// nobody writes again), and a reader whose values outlive the document by
+// long (a cache) copies them.
 type Decoder struct {
 	b   []byte
 	doc string
@@ -163,7 +167,7 @@ func (d *Decoder) String() string {
 		return ""
 	}
 	if d.doc == "" {
-		d.doc = string(d.b) // one copy for every string of the document
+		d.doc = unsafe.String(unsafe.SliceData(d.b), len(d.b)) // the document's bytes, for every string of it
 	}
 	from := d.i - 1 - len(s) // d.i is past the closing quote
 	return d.doc[from : from+len(s)]
@@ -260,10 +264,11 @@ func (d *Decoder) Items() []events.Item {
 	if !d.ok {
 		return nil
 	}
-	items := make([]events.Item, 0, 4)
+	var buf [16]events.Item // most orders fit: one exact allocation when they do
+	items := buf[:0]
 	if d.peek() == ']' {
 		d.i++
-		return items
+		return []events.Item{}
 	}
 	for d.ok {
 		var it events.Item
@@ -289,7 +294,7 @@ func (d *Decoder) Items() []events.Item {
 			d.i++
 		case ']':
 			d.i++
-			return items
+			return slices.Clone(items)
 		default:
 			d.ok = false
 		}
