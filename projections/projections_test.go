@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 
@@ -177,6 +178,37 @@ func BenchmarkProject(b *testing.B) {
 	for b.Loop() {
 		if _, err := Project(ev); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The strings jsonr reads share the event's bytes (ADR 0013's second
+// addendum); what Project returns is cached by the hub for the result TTL,
+// so it must own every byte: overwriting the event after Project changes
+// nothing in the projection.
+func TestProjectionOwnsItsBytes(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1700000000, 0)
+	for name, ev := range map[string][]byte{
+		"created": created(at),
+		"keyed":   keyedCreated(at),
+		"rejected": event(events.OrderRejectedType, events.KindRejected, "ord_2", at, events.OrderRejected{
+			OrderID: "ord_2", Tenant: "t", Reason: events.ReasonTotalMismatch, Detail: "d", IdempotencyKeyHash: "k", RequestFingerprint: "fp",
+		}),
+	} {
+		want, err := Project(bytes.Clone(ev))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, err := Project(ev)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i := range ev {
+			ev[i] = 'x'
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the projection changed with the event's bytes:\n got %+v\nwant %+v", name, got, want)
 		}
 	}
 }
