@@ -1,12 +1,14 @@
 package jsstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +33,11 @@ type ConnectConfig struct {
 	// by Close or Drain, or because nats.go gave up (on a protocol error, say,
 	// it closes instead of reconnecting). err is the last error.
 	OnClosed func(err error)
+	// DrainTimeout bounds how long a drain waits for the subscriptions to
+	// finish what they hold before it flushes the publishes and closes
+	// anyway (default 10s; nats.go's own is 30s, longer than what a
+	// shutdown has left by then).
+	DrainTimeout time.Duration
 }
 
 // Credentials are one of: an nkey seed file (NkeyFile), a .creds file with a
@@ -110,6 +117,7 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 	}
 	opts := []nats.Option{
 		nats.Name("orderly-" + cfg.Name),
+		nats.DrainTimeout(cmp.Or(cfg.DrainTimeout, 10*time.Second)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, 100*time.Millisecond),
@@ -225,4 +233,28 @@ func DialJetStream(url string, creds Credentials, name string) (jetstream.JetStr
 		return nil, err
 	}
 	return js, nil
+}
+
+// Drain drains nc (its subscriptions finish what they hold, at most the
+// connection's DrainTimeout, then its publishes are flushed) and waits until
+// it is closed, or closes it when ctx ends first.
+func Drain(ctx context.Context, nc *nats.Conn) error {
+	if nc.IsClosed() {
+		return nil
+	}
+	closed := make(chan struct{})
+	var once sync.Once
+	nc.SetClosedHandler(func(*nats.Conn) { once.Do(func() { close(closed) }) })
+	if err := nc.Drain(); err != nil || nc.IsClosed() {
+		nc.Close()
+		return nil
+	}
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		subs := nc.NumSubscriptions()
+		nc.Close()
+		return fmt.Errorf("drain %s: %w (%d subscriptions not drained)", nc.Opts.Name, ctx.Err(), subs)
+	}
 }

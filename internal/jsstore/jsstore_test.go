@@ -446,3 +446,65 @@ func TestKeyFeeds(t *testing.T) {
 		t.Fatalf("newest key claim: %s %v", at, ok)
 	}
 }
+
+// A subscription that never finishes what it holds (its handler stuck) must
+// not keep a shutdown's drain from flushing the publishes and closing within
+// the connection's DrainTimeout: nats.go's own default (30 s) outlasted what
+// a shutdown had left after a failover (TestFailoverUnderCheck in CI).
+func TestDrainFlushesPastAStuckSubscription(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns, err := natsserver.Start(ctx, natsserver.Config{ServerName: "drain", StoreDir: t.TempDir(), Fsync: natsserver.Fsync{Interval: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := jsstore.Connect(ctx, jsstore.ConnectConfig{InProcess: ns, Name: "drained", DrainTimeout: 500 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := jsstore.Connect(ctx, jsstore.ConnectConfig{InProcess: ns, Name: "other"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	release, stuck := make(chan struct{}), make(chan struct{}, 2)
+	defer close(release)
+	if _, err := nc.Subscribe("stuck", func(*nats.Msg) { stuck <- struct{}{}; <-release }); err != nil {
+		t.Fatal(err)
+	}
+	out, err := other.SubscribeSync("out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // one in the handler, one waiting behind it
+		if err := other.Publish("stuck", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := other.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	<-stuck
+	if err := nc.Publish("out", []byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	began := time.Now()
+	if err := jsstore.Drain(dctx, nc); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("the drain took %s with a DrainTimeout of 500ms", took)
+	}
+	if m, err := out.NextMsg(5 * time.Second); err != nil || string(m.Data) != "last words" {
+		t.Fatalf("the publish made before the drain: %v %v", m, err)
+	}
+}

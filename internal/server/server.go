@@ -960,6 +960,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) shutdown(ctx context.Context) error {
+	began := time.Now()
 	s.stopping.Store(true)
 	var errs []error
 	if s.svc != nil {
@@ -988,8 +989,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.logger.Debug("batched writes", "batches", batches, "messages", msgs)
 	}
 	if s.nc != nil {
-		if err := drain(ctx, s.nc); err != nil {
-			errs = append(errs, err)
+		if err := jsstore.Drain(ctx, s.nc); err != nil {
+			errs = append(errs, fmt.Errorf("%w, %s after the shutdown began", err, time.Since(began).Round(time.Millisecond)))
 		}
 	}
 	s.wg.Wait()
@@ -1009,27 +1010,6 @@ func (s *Server) shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// drain drains nc and waits until it is closed.
-func drain(ctx context.Context, nc *nats.Conn) error {
-	if nc.IsClosed() {
-		return nil
-	}
-	closed := make(chan struct{})
-	var once sync.Once
-	nc.SetClosedHandler(func(*nats.Conn) { once.Do(func() { close(closed) }) })
-	if err := nc.Drain(); err != nil || nc.IsClosed() {
-		nc.Close()
-		return nil
-	}
-	select {
-	case <-closed:
-		return nil
-	case <-ctx.Done():
-		nc.Close()
-		return fmt.Errorf("drain %s: %w", nc.Opts.Name, ctx.Err())
-	}
 }
 
 // unboundedStore is the embedded server's JetStream storage limit when the
