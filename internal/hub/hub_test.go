@@ -387,3 +387,44 @@ func TestKeyedEventsAnswerKeys(t *testing.T) {
 		t.Fatal("live, or a key called new, while the keyed feed is down")
 	}
 }
+
+// BucketMayHold: false only once the bucket's keys are loaded, with none
+// among them, while the feed is live and has delivered no record (a
+// deployment of keyed orders only, ADR 0010); the API then skips reading the
+// bucket.
+func TestBucketMayHold(t *testing.T) {
+	t.Parallel()
+	feeds := &fakeFeeds{keysFails: 1, keysErr: errors.New("no responders")}
+	h, err := New(Config{ResultTTL: 24 * time.Hour, Keys: &fakeKeys{}}, feeds, feeds, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.BucketMayHold() {
+		t.Fatal("the bucket is called empty before the hub started")
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	eventually(t, func() bool { return !h.BucketMayHold() })
+	feeds.mu.Lock()
+	feeds.down = errors.New("missed heartbeats")
+	feeds.mu.Unlock()
+	if !h.BucketMayHold() {
+		t.Fatal("the bucket is called empty while the feed is down")
+	}
+	feeds.mu.Lock()
+	feeds.down = nil
+	feeds.mu.Unlock()
+	feeds.results("k", idempotency.Pending("ord_1", "fp"))
+	if !h.BucketMayHold() {
+		t.Fatal("the bucket is called empty after the feed delivered a record of it")
+	}
+
+	loaded := &fakeFeeds{keys: map[string]time.Time{"stored": time.Now().Add(-time.Hour)}}
+	h2 := newHub(t, Config{ResultTTL: 24 * time.Hour}, loaded)
+	eventually(t, func() bool { return h2.keysLoaded.Load() })
+	if !h2.BucketMayHold() {
+		t.Fatal("the bucket is called empty though it held a key at start")
+	}
+}
