@@ -119,9 +119,6 @@ type Hub struct {
 	// started (loaded once, keysLoaded) and those the feed delivered since.
 	seen       *seenKeys
 	keysLoaded atomic.Bool
-	// bucketKeys counts the records of ORDER_RESULTS this process has seen
-	// (loaded at start and delivered since); none means only keyed orders.
-	bucketKeys atomic.Int64
 
 	ctx      context.Context
 	stopAll  func()
@@ -272,10 +269,7 @@ func (h *Hub) loadKeys(ctx context.Context) {
 			h.seen.Add(tokenOf(key), at)
 			n++
 		}
-		err := h.results.Keys(ctx, func(key string, at time.Time) {
-			h.bucketKeys.Add(1)
-			add(key, at)
-		})
+		err := h.results.Keys(ctx, add)
 		if err == nil && h.cfg.Keys != nil {
 			err = h.cfg.Keys.KeyTokens(ctx, start.Add(-h.cfg.ResultTTL), add)
 		}
@@ -311,17 +305,6 @@ func (h *Hub) KnownNew(key string) bool {
 	return !h.seen.MayHave(tokenOf(key))
 }
 
-// BucketMayHold reports whether a key's record may be in ORDER_RESULTS:
-// false only once the bucket's keys are loaded, while the feed is live, and
-// if this process has seen no record there, as in a deployment that only
-// ever made keyed orders (ADR 0010), whose answers are their events. It lags
-// the bucket as KnownNew does, and a caller that skips the read on its
-// answer relies on the same two layers for a record stored in that moment:
-// the broker's duplicate window and the processor's claim.
-func (h *Hub) BucketMayHold() bool {
-	return !h.keysLoaded.Load() || h.Live() != nil || h.bucketKeys.Load() > 0
-}
-
 // tokenOf is the token of a hashed key (events.KeyToken): the filters and
 // the waiters know keys by it, as keyed events name them.
 func tokenOf(key string) string {
@@ -333,7 +316,6 @@ func tokenOf(key string) string {
 
 // applyResult caches a completed record and wakes the key's waiters.
 func (h *Hub) applyResult(key string, r idempotency.Record) {
-	h.bucketKeys.Add(1)
 	h.seen.Add(tokenOf(key), h.now())
 	if r.Completed() {
 		h.Remember(key, r)

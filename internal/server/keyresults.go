@@ -10,30 +10,35 @@ import (
 	"github.com/orderly-dev/orderly/projections"
 )
 
-// keyAnswers is where the API finds a key's answer: the key's record in
-// ORDER_RESULTS (orders of the nonce form), else its last keyed event, the
-// claim of a keyed order (ADR 0010), rendered as the processor rendered its
-// decision and answering for the result TTL from the decision's time. The
-// bucket is read first unless this process has seen no record in it since it
-// started (then it holds none but what its feed has yet to deliver, which
-// the broker's window and the claim cover, as for KnownNew).
+// keyAnswers is where the API finds a key's answer: its last keyed event,
+// the claim of a keyed order (ADR 0010), rendered as the processor rendered
+// its decision and answering for the result TTL from the decision's time,
+// else the key's record in ORDER_RESULTS (orders of the nonce form). The
+// event comes first: a deployment created with keyed IDs never writes the
+// bucket, so an answer not in the API's cache is one read there, not two.
+// The bucket is read whenever the key has no live keyed answer, even when it
+// looked empty a moment ago: a processor of the nonce form writes to it from
+// another process, and an answer must see a record stored before the read.
+// (Both can hold a live answer of one key only if a keyed order was made
+// while a nonce claim was on its way to this process; the keyed one is the
+// later, and is answered.)
 type keyAnswers struct {
 	bucket *jsstore.Results
 	events *jsstore.Events
 	ttl    time.Duration
 	now    func() time.Time
-	// bucketMayHold, when set, says whether the bucket can hold the record
-	// at all (hub.BucketMayHold): a deployment of keyed orders only skips
-	// its read, one round trip of the two an uncached answer takes.
-	bucketMayHold func() bool
 }
 
 func (k keyAnswers) Get(ctx context.Context, key string) (idempotency.Record, bool, error) {
-	if k.bucketMayHold == nil || k.bucketMayHold() {
-		if r, ok, err := k.bucket.Get(ctx, key); err != nil || ok {
-			return r, ok, err
-		}
+	if r, ok, err := k.keyed(ctx, key); err != nil || ok {
+		return r, ok, err
 	}
+	return k.bucket.Get(ctx, key)
+}
+
+// keyed is the key's answer from its last keyed event; ok is false when it
+// has none, or one older than the result TTL (the key is free).
+func (k keyAnswers) keyed(ctx context.Context, key string) (idempotency.Record, bool, error) {
 	ev, ok, err := k.events.KeyEvent(ctx, key)
 	if err != nil || !ok {
 		return idempotency.Record{}, false, err

@@ -765,7 +765,7 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 		cache = keysAlwaysNew{h}
 	}
 	deps := app.Deps{
-		Results: keyAnswers{bucket: results, events: evs, ttl: results.TTL(), now: time.Now, bucketMayHold: h.BucketMayHold}, Cache: cache, Watcher: h, Commands: commands, Orders: projections.NewOrders(evs),
+		Results: keyAnswers{bucket: results, events: evs, ttl: results.TTL(), now: time.Now}, Cache: cache, Watcher: h, Commands: commands, Orders: projections.NewOrders(evs),
 	}
 	if s.durable != nil {
 		deps.Durable = s.durable
