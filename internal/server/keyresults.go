@@ -19,9 +19,8 @@ import (
 // The bucket is read whenever the key has no live keyed answer, even when it
 // looked empty a moment ago: a processor of the nonce form writes to it from
 // another process, and an answer must see a record stored before the read.
-// (Both can hold a live answer of one key only if a keyed order was made
-// while a nonce claim was on its way to this process; the keyed one is the
-// later, and is answered.)
+// (Both can hold a live answer of one key only if a keyed order and a nonce
+// claim raced, during a switch of forms; the keyed one is answered.)
 type keyAnswers struct {
 	bucket *jsstore.Results
 	events *jsstore.Events
