@@ -3,13 +3,20 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	natsd "github.com/nats-io/nats-server/v2/server"
+
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/internal/bench"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -93,4 +100,70 @@ func TestRunAgainstOrderly(t *testing.T) {
 	if r.StatusCode != http.StatusBadRequest {
 		t.Fatalf("the ceiling accepted a request without a key: %d", r.StatusCode)
 	}
+}
+
+// TestBaselineChecksNATSBeforeTheLoad: --baseline needs orderly's NATS after
+// each load (the backlog, the publish rate); without it the run must fail
+// before it loads anything, not after a round of load thrown away.
+func TestBaselineChecksNATSBeforeTheLoad(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	srv := orderlyStandIn(&requests)
+	defer srv.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noNATS := "nats://" + l.Addr().String()
+	l.Close() // nothing listens there any more
+
+	_, err = bench.Compare(context.Background(), bench.CompareConfig{
+		Load: bench.Config{URL: srv.URL, Connections: 2, Duration: time.Second, PayloadSize: 500, Mix: bench.Mix{New: 100}},
+		Name: "t", Baseline: true, Rounds: 3, NATSURL: noNATS, Progress: io.Discard,
+	})
+	if err == nil || !strings.Contains(err.Error(), "--baseline") || !strings.Contains(err.Error(), "--nats-url") {
+		t.Fatalf("want an error naming --baseline and --nats-url, got %v", err)
+	}
+	if n := requests.Load(); n != 0 {
+		t.Fatalf("%d requests were sent before the check failed", n)
+	}
+}
+
+// TestBaselineFindsOrderlysConsumer: a NATS that answers but is not
+// orderly's (no processor consumer) is refused before the load too.
+func TestBaselineFindsOrderlysConsumer(t *testing.T) {
+	t.Parallel()
+	ns, err := natsd.NewServer(&natsd.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	var requests atomic.Int64
+	srv := orderlyStandIn(&requests)
+	defer srv.Close()
+	_, err = bench.Compare(context.Background(), bench.CompareConfig{
+		Load: bench.Config{URL: srv.URL, Connections: 2, Duration: time.Second, PayloadSize: 500, Mix: bench.Mix{New: 100}},
+		Name: "t", Baseline: true, NATSURL: ns.ClientURL(), Progress: io.Discard,
+	})
+	if err == nil || !strings.Contains(err.Error(), jsstore.ProcessorConsumer) {
+		t.Fatalf("want an error naming the consumer, got %v", err)
+	}
+	if n := requests.Load(); n != 0 {
+		t.Fatalf("%d requests were sent before the check failed", n)
+	}
+}
+
+// orderlyStandIn answers /healthz and counts the orders it is sent.
+func orderlyStandIn(orders *atomic.Int64) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/orders" {
+			return
+		}
+		orders.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
 }

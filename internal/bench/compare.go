@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 )
 
@@ -57,6 +58,14 @@ func Compare(ctx context.Context, cfg CompareConfig) (Report, error) {
 	rounds := max(cfg.Rounds, 1)
 	if !cfg.Baseline {
 		rounds = 1
+	}
+	if cfg.Baseline {
+		// The baseline waits for the backlog and publishes on orderly's NATS:
+		// find out before the first load, not after it.
+		if err := reachNATS(ctx, cfg.NATSURL, cfg.Credentials); err != nil {
+			return rep, fmt.Errorf("--baseline waits for orderly's backlog and publishes on its NATS, which it cannot use: %w "+
+				"(give --nats-url and the operator's --nats-nkey of orderly's server; orderly serve --nats-listen \"\" leaves tools no port)", err)
+		}
 	}
 	var ours, ceilings []Result
 	for round := 1; round <= rounds; round++ {
@@ -213,4 +222,20 @@ func Machine() string {
 		}
 	}
 	return fmt.Sprintf("%s/%s, %d CPUs, %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpu, runtime.Version())
+}
+
+// reachNATS checks that url answers with creds and holds orderly's
+// processor consumer, which the baseline's wait for the backlog reads.
+func reachNATS(ctx context.Context, url string, creds jsstore.Credentials) error {
+	js, err := jsstore.DialJetStream(url, creds, "orderly-bench")
+	if err != nil {
+		return err
+	}
+	defer js.Conn().Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := js.Consumer(cctx, events.CommandStream, jsstore.ProcessorConsumer); err != nil {
+		return fmt.Errorf("orderly's consumer %s on %s: %w", jsstore.ProcessorConsumer, events.CommandStream, err)
+	}
+	return nil
 }
