@@ -6,6 +6,8 @@ import (
 	"time"
 
 	gojson "github.com/goccy/go-json"
+
+	"github.com/orderly-dev/orderly/events"
 )
 
 // texts are plain strings and one of each kind that encoding/json escapes
@@ -70,5 +72,48 @@ func TestTimeMatchesMarshalJSON(t *testing.T) {
 	}
 	if _, ok := New(nil).Time('{', "t", times[2]).Bytes(); !ok {
 		t.Error("a UTC time left to encoding/json")
+	}
+}
+
+// TestWriterMatchesEncodingJSON writes an object with every appender and
+// compares it with encoding/json's encoding of the same struct; a value the
+// writer cannot take makes the whole document fail, however many members
+// follow it.
+func TestWriterMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	type doc struct {
+		ID    string        `json:"id"`
+		Total int64         `json:"total"`
+		Items []events.Item `json:"items"`
+		At    time.Time     `json:"at"`
+	}
+	at := time.Date(2026, 12, 2, 6, 0, 0, 5, time.UTC)
+	cases := []doc{
+		{ID: "ord_1", Total: 4990, Items: []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPrice: 2495}}, At: at},
+		{ID: "", Total: -1, Items: []events.Item{}, At: at},
+		{ID: "é😀", Total: 1 << 62, Items: nil, At: at},
+		{ID: "x", Items: []events.Item{{SKU: "a"}, {SKU: "b", Quantity: 3, UnitPrice: -7}}, At: at},
+	}
+	for _, d := range cases {
+		want, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := New(nil).String('{', "id", d.ID).Int(',', "total", d.Total).
+			Items(',', "items", d.Items).Time(',', "at", d.At).Raw("}").Bytes()
+		if !ok || string(got) != string(want) {
+			t.Errorf("%+v: got %s (ok %v), encoding/json %s", d, got, ok, want)
+		}
+	}
+
+	for name, w := range map[string]Writer{
+		"an escaped id":       New(nil).String('{', "id", "a<b").Int(',', "total", 1),
+		"an escaped sku":      New(nil).Items('{', "items", []events.Item{{SKU: "ok"}, {SKU: "\"q\""}}).Int(',', "total", 1),
+		"a time with a zone":  New(nil).Time('{', "at", at.In(time.FixedZone("x", 3600))).String(',', "id", "fine"),
+		"invalid UTF-8 first": New(nil).String('{', "id", "\xff").Items(',', "items", nil).Time(',', "at", at),
+	} {
+		if _, ok := w.Raw("}").Bytes(); ok {
+			t.Errorf("%s: the writer reported ok; encoding/json must write this document", name)
+		}
 	}
 }
