@@ -58,14 +58,11 @@ func Compare(ctx context.Context, cfg CompareConfig) (Report, error) {
 	rounds := max(cfg.Rounds, 1)
 	if !cfg.Baseline {
 		rounds = 1
-	}
-	if cfg.Baseline {
+	} else if err := reachNATS(ctx, cfg.NATSURL, cfg.Credentials); err != nil {
 		// The baseline waits for the backlog and publishes on orderly's NATS:
 		// find out before the first load, not after it.
-		if err := reachNATS(ctx, cfg.NATSURL, cfg.Credentials); err != nil {
-			return rep, fmt.Errorf("--baseline waits for orderly's backlog and publishes on its NATS, which it cannot use: %w "+
-				"(give --nats-url and the operator's --nats-nkey of orderly's server; orderly serve --nats-listen \"\" leaves tools no port)", err)
-		}
+		return rep, fmt.Errorf("--baseline waits for orderly's backlog and publishes on its NATS, which it cannot use: %w "+
+			"(give --nats-url and the operator's --nats-nkey of orderly's server; orderly serve --nats-listen \"\" leaves tools no port)", err)
 	}
 	var ours, ceilings []Result
 	for round := 1; round <= rounds; round++ {
