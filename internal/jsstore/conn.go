@@ -237,14 +237,21 @@ func DialJetStream(url string, creds Credentials, name string) (jetstream.JetStr
 
 // Drain drains nc (its subscriptions finish what they hold, at most the
 // connection's DrainTimeout, then its publishes are flushed) and waits until
-// it is closed, or closes it when ctx ends first.
+// it is closed, or closes it when ctx ends first. The connection's own
+// closed handler (ConnectConfig.OnClosed) is still called.
 func Drain(ctx context.Context, nc *nats.Conn) error {
 	if nc.IsClosed() {
 		return nil
 	}
 	closed := make(chan struct{})
 	var once sync.Once
-	nc.SetClosedHandler(func(*nats.Conn) { once.Do(func() { close(closed) }) })
+	prev := nc.ClosedHandler()
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		once.Do(func() { close(closed) })
+	})
 	if err := nc.Drain(); err != nil || nc.IsClosed() {
 		nc.Close()
 		return nil
