@@ -3,12 +3,17 @@
 # on the same data dir, and let the checker verify that every order answered
 # 201 or 202 survived, once. Exits non-zero on any violation.
 #
-#   scripts/check-kill9.sh            # ~1 minute
-#   DURATION=60s scripts/check-kill9.sh
+#   scripts/check-kill9.sh                      # one kill, ~1 minute
+#   DURATION=60s KILLS=7 scripts/check-kill9.sh # a kill every 3-8 s while the load runs
+#
+# KILLS (1) is how many times orderly serve is killed and restarted: the first
+# 5 s into the load, each next one 3 to 8 s (at random) after the restart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-15s}
+KILLS=${KILLS:-1}
+[[ $KILLS =~ ^[1-9][0-9]*$ ]] || { echo "KILLS must be a positive whole number, not \"$KILLS\"" >&2; exit 2; }
 HTTP=${HTTP:-127.0.0.1:18080}
 NATS=${NATS:-127.0.0.1:14222}
 WORK=$(mktemp -d)
@@ -34,12 +39,14 @@ echo "orderly serve (pid $PID) is up; starting the checker for $DURATION"
   --retry-delay 3s --settle 40s --report "$WORK/report.json" &
 CHECK=$!
 
-sleep 5
-printf "\nkill -9 %s\n" "$PID"
-kill -9 "$PID"; wait "$PID" 2>/dev/null || true
-sleep 1
-start
-printf "restarted on the same data dir (pid %s)\n" "$PID"
+for k in $(seq 1 "$KILLS"); do
+  if [ "$k" = 1 ]; then sleep 5; else sleep $((3 + RANDOM % 6)); fi
+  printf "\nkill -9 %s (%d of %d)\n" "$PID" "$k" "$KILLS"
+  kill -9 "$PID"; wait "$PID" 2>/dev/null || true
+  sleep 1
+  start
+  printf "restarted on the same data dir (pid %s)\n" "$PID"
+done
 
 status=0
 wait "$CHECK" || status=$?
