@@ -273,6 +273,36 @@ func TestRoutes(t *testing.T) {
 	}
 }
 
+// TestUnavailableSaysWhatTheRequestLeft: a 503 for want of the store tells a
+// POST that nothing was stored and to retry with the same key; a read stores
+// nothing and has no key, so its 503 says neither.
+func TestUnavailableSaysWhatTheRequestLeft(t *testing.T) {
+	t.Parallel()
+	svc := &fakeService{err: fmt.Errorf("read: %w", app.ErrUnavailable)}
+	h := handler(t, api.DefaultConfig(), svc)
+	detail := func(w *httptest.ResponseRecorder) string {
+		t.Helper()
+		if w.Code != http.StatusServiceUnavailable || code(t, w) != "service_unavailable" || w.Header().Get("Retry-After") != "1" {
+			t.Fatalf("%d %s, want 503 service_unavailable with Retry-After", w.Code, w.Body)
+		}
+		var p struct{ Detail string }
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Detail
+	}
+	post := detail(do(h, http.MethodPost, "/v1/orders", order, "Content-Type: application/json", "Idempotency-Key: k"))
+	if !strings.Contains(post, "nothing was stored") || !strings.Contains(post, "same idempotency key") {
+		t.Errorf("POST: %q, want it to say nothing was stored and to retry with the same key", post)
+	}
+	for _, path := range []string{"/v1/orders/ord_0000000000001abc", "/v1/orders/ord_0000000000001abc/events"} {
+		got := detail(do(h, http.MethodGet, path, ""))
+		if strings.Contains(got, "stored") || strings.Contains(got, "idempotency") || !strings.Contains(got, "retry") {
+			t.Errorf("GET %s: %q, want a retry without a word of storing or keys", path, got)
+		}
+	}
+}
+
 // TestHangUpsAreCountedAs499: a client that goes away is not a 503 in the
 // metrics.
 func TestHangUpsAreCountedAs499(t *testing.T) {

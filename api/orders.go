@@ -358,8 +358,11 @@ func (h *handlers) writeError(c *gin.Context, err error) {
 	case errors.Is(err, app.ErrUnavailable):
 		h.logger.WarnContext(c.Request.Context(), "order store unavailable", "err", err)
 		c.Header("Retry-After", retryAfter)
-		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "Service unavailable",
-			"the order store is unavailable and nothing was stored; retry with the same idempotency key"))
+		detail := "the order store is unavailable; retry later"
+		if c.Request.Method == http.MethodPost {
+			detail = "the order store is unavailable and nothing was stored; retry with the same idempotency key"
+		}
+		writeProblem(c, problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "Service unavailable", detail))
 	default:
 		h.logger.ErrorContext(c.Request.Context(), "request failed", "path", c.Request.URL.Path, "err", err)
 		writeProblem(c, problem.New(http.StatusInternalServerError, problem.CodeInternal, "Internal error", "an unexpected error occurred"))
