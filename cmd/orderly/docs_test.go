@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,4 +139,93 @@ func isCommand(word string) bool {
 		return true
 	}
 	return false
+}
+
+// TestConfigurationTableNamesEveryServeFlag: the README's table of `orderly
+// serve`'s flags names every flag the command takes, with its environment
+// variables, and no flag it does not take.
+func TestConfigurationTableNamesEveryServeFlag(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	start := strings.Index(section, "\n## Configuration\n")
+	if start < 0 {
+		t.Fatal("README has no Configuration section")
+	}
+	section = section[start+1:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	flagName := regexp.MustCompile("`(--[a-z][a-z0-9-]*)`")
+	envName := regexp.MustCompile("`([A-Z][A-Z0-9_]+)`")
+	type row struct {
+		flags []string
+		envs  string // the env column
+	}
+	documented := map[string]*row{} // flag -> its row
+	for _, line := range strings.Split(section, "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 5 || !strings.HasPrefix(line, "| `--") {
+			continue
+		}
+		r := &row{envs: cols[2]}
+		for _, m := range flagName.FindAllStringSubmatch(cols[1], -1) {
+			r.flags = append(r.flags, m[1])
+			documented[m[1]] = r
+		}
+	}
+	if len(documented) < 20 {
+		t.Fatalf("only %d flags found in the README's table: the extraction is broken", len(documented))
+	}
+
+	var cli CLI
+	parser, err := kong.New(&cli, kong.Name("orderly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serve *kong.Node
+	for _, n := range parser.Model.Children {
+		if n.Name == "serve" {
+			serve = n
+		}
+	}
+	if serve == nil {
+		t.Fatal("no serve command")
+	}
+	taken := map[string][]string{} // flag -> its environment variables
+	for _, group := range serve.AllFlags(true) {
+		for _, f := range group {
+			if f.Name != "help" {
+				taken["--"+f.Name] = f.Envs
+			}
+		}
+	}
+	for name, envs := range taken {
+		r, ok := documented[name]
+		if !ok {
+			t.Errorf("%s is not in the README's Configuration table", name)
+			continue
+		}
+		for _, env := range envs {
+			if !strings.Contains(r.envs, "`"+env+"`") {
+				t.Errorf("%s: the README's table does not name its environment variable %s", name, env)
+			}
+		}
+		for _, m := range envName.FindAllStringSubmatch(r.envs, -1) {
+			read := false
+			for _, f := range r.flags {
+				read = read || slices.Contains(taken[f], m[1])
+			}
+			if !read {
+				t.Errorf("%s: the README's table names %s, which none of its row's flags reads", name, m[1])
+			}
+		}
+	}
+	for name := range documented {
+		if _, ok := taken[name]; !ok {
+			t.Errorf("the README's Configuration table names %s, which orderly serve does not take", name)
+		}
+	}
 }
