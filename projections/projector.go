@@ -136,6 +136,9 @@ func NewProjector(cfg ProjectorConfig, results ResultWriter, reg prometheus.Regi
 	if err := reg.Register(skipped); err != nil {
 		return nil, err
 	}
+	for _, reason := range []string{"unknown_type", "undecodable", "keyed"} {
+		skipped.WithLabelValues(reason) // exposed at 0 from the start, so that a rate or an increase sees the first one
+	}
 	return &Projector{cfg: cfg, results: results, logger: logger.With("component", "projector"), skipped: skipped, now: time.Now}, nil
 }
 
