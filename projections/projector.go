@@ -137,7 +137,7 @@ func NewProjector(cfg ProjectorConfig, results ResultWriter, reg prometheus.Regi
 		return nil, err
 	}
 	for _, reason := range []string{"unknown_type", "undecodable", "keyed"} {
-		skipped.WithLabelValues(reason) // exposed at 0 from the start, so that a rate or an increase sees the first one
+		skipped.WithLabelValues(reason) // exposed at 0 from the start: a series that appears at 1 shows Prometheus no increase
 	}
 	return &Projector{cfg: cfg, results: results, logger: logger.With("component", "projector"), skipped: skipped, now: time.Now}, nil
 }

@@ -614,5 +614,11 @@ func newMetrics(reg prometheus.Registerer, name string, backlog func() float64) 
 			return nil, err
 		}
 	}
+	// Each outcome is exposed at 0 from the start: a series that appears at 1
+	// shows Prometheus no increase, so the first dead letter would not fire
+	// OrderlyDeadLetters.
+	for _, outcome := range []string{"acked", "retried", "dead_lettered"} {
+		m.messages.WithLabelValues(outcome)
+	}
 	return m, nil
 }

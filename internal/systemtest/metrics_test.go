@@ -52,7 +52,7 @@ func TestDocumentedMetricsAreExposed(t *testing.T) {
 
 	var exposed map[string]bool
 	orderlytest.Eventually(t, 10*time.Second, "the pipeline's counters", func() bool {
-		exposed = scrapeFamilies(t, inst.URL+"/metrics")
+		exposed, _ = scrape(t, inst.URL+"/metrics")
 		return exposed["orderly_pipeline_messages_total"] && exposed["orderly_commands_decided_total"]
 	})
 	for name, files := range named {
@@ -71,8 +71,65 @@ func TestDocumentedMetricsAreExposed(t *testing.T) {
 	}
 }
 
-// scrapeFamilies returns the metric families a /metrics page declares.
-func scrapeFamilies(t *testing.T, url string) map[string]bool {
+// TestAlertSelectorsMatchExposedSeries: every label matcher in the alert
+// rules names a label the metric has and, for an equality, a value it is
+// exposed with from the start. A series that appears only when first counted
+// shows Prometheus no increase for that first count, so an alert on
+// increase() or rate() would miss it; HTTP status codes are the exception
+// (one series per code answered).
+func TestAlertSelectorsMatchExposedSeries(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true, Processor: true, Projector: true}
+	cfg.Topology.Projector = true
+	inst := orderlytest.Start(t, cfg)
+	if r := inst.PostOrder(t, "selectors-1", orderlytest.Order("c-selectors"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.Status, r.Body)
+	}
+	rules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := regexp.MustCompile(`\b(orderly_[a-z_]*[a-z])\{([^}]*)\}`)
+	matcher := regexp.MustCompile(`([a-z_]+)\s*(=~|!=|!~|=)\s*"([^"]*)"`)
+	var series map[string][]map[string]string
+	orderlytest.Eventually(t, 10*time.Second, "the pipeline's counters", func() bool {
+		_, series = scrape(t, inst.URL+"/metrics")
+		return len(series["orderly_pipeline_messages_total"]) > 0
+	})
+	checked := 0
+	for _, sel := range selector.FindAllStringSubmatch(string(rules), -1) {
+		name := sel[1]
+		samples := series[name]
+		if len(samples) == 0 {
+			t.Errorf("%s: no series exposed", sel[0])
+			continue
+		}
+		for _, m := range matcher.FindAllStringSubmatch(sel[2], -1) {
+			label, op, value := m[1], m[2], m[3]
+			hasLabel, hasValue := false, false
+			for _, labels := range samples {
+				v, ok := labels[label]
+				hasLabel = hasLabel || ok
+				hasValue = hasValue || (ok && v == value)
+			}
+			if !hasLabel {
+				t.Errorf("%s: %s has no label %q", sel[0], name, label)
+			}
+			if op == "=" && !hasValue && label != "code" {
+				t.Errorf("%s: no series of %s has %s=%q from the start", sel[0], name, label, value)
+			}
+			checked++
+		}
+	}
+	if checked < 8 {
+		t.Fatalf("only %d label matchers found in the alert rules: the extraction is broken", checked)
+	}
+}
+
+// scrape returns the metric families a /metrics page declares and the label
+// sets of each sample name's series.
+func scrape(t *testing.T, url string) (families map[string]bool, series map[string][]map[string]string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -83,13 +140,30 @@ func scrapeFamilies(t *testing.T, url string) map[string]bool {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
 	}
-	out := map[string]bool{}
+	label := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+	families, series = map[string]bool{}, map[string][]map[string]string{}
 	for _, line := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
 			if name, _, ok := strings.Cut(rest, " "); ok {
-				out[name] = true
+				families[name] = true
+			}
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, labels := line, map[string]string{}
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+			if line[i] == '{' {
+				if j := strings.LastIndexByte(line, '}'); j > i {
+					for _, m := range label.FindAllStringSubmatch(line[i+1:j], -1) {
+						labels[m[1]] = m[2]
+					}
+				}
 			}
 		}
+		series[name] = append(series[name], labels)
 	}
-	return out
+	return families, series
 }
