@@ -9,6 +9,7 @@
 # KILLS (1) is how many times orderly serve is killed and restarted: the first
 # 5 s into the load, each next one 3 to 8 s (at random) after the restart.
 set -euo pipefail
+case "${1:-}" in -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-15s}

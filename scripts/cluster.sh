@@ -195,11 +195,15 @@ bench() {
   done
 }
 
+# usage prints the comment at the top of this file.
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+
 case "${1:-}" in
   up) up ;;
   bench) bench ;;
   check) check ;;
   status) status ;;
   down) down ;;
-  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  -h | --help | help) usage ;;
+  *) usage >&2; exit 2 ;;
 esac

@@ -16,6 +16,7 @@
 # (curl -o proc.prof '127.0.0.1:6060/debug/pprof/profile?seconds=8' while it
 # drains) or --processor-concurrency 64.
 set -euo pipefail
+case "${1:-}" in -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s}
