@@ -214,6 +214,9 @@ func Dial(url string, creds Credentials, name string) (*nats.Conn, error) {
 	if IsAuthError(err) {
 		return nil, fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %w", Redact(url), err, ErrCredentials)
 	}
+	if errors.Is(err, nats.ErrNoServers) {
+		return nil, fmt.Errorf("connect to NATS %s: %w: nothing answers there; start orderly serve (its embedded server listens on 127.0.0.1:4222 unless --nats-listen says otherwise), or point --nats-url at orderly's NATS", Redact(url), err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), err)
 	}

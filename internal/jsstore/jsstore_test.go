@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -506,5 +507,26 @@ func TestDrainFlushesPastAStuckSubscription(t *testing.T) {
 	}
 	if m, err := out.NextMsg(5 * time.Second); err != nil || string(m.Data) != "last words" {
 		t.Fatalf("the publish made before the drain: %v %v", m, err)
+	}
+}
+
+// TestDialSaysWhatToDoWhenNothingListens: a tool pointed at an address where
+// no NATS runs names the flag that points it elsewhere and what to start.
+func TestDialSaysWhatToDoWhenNothingListens(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + l.Addr().String()
+	l.Close() // nothing listens there now
+	_, err = jsstore.Dial(url, jsstore.Credentials{}, "test")
+	if err == nil {
+		t.Fatal("Dial succeeded with nothing listening")
+	}
+	for _, want := range []string{l.Addr().String(), "--nats-url", "orderly serve"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
 	}
 }
