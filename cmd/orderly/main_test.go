@@ -62,6 +62,35 @@ func TestSecondServeOnADataDirExits(t *testing.T) {
 	third.Kill9()
 }
 
+// TestBusyHTTPPortNamesTheFlag: serve on an HTTP address another process
+// holds exits non-zero at once, naming the address and --http-addr.
+func TestBusyHTTPPortNamesTheFlag(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	args, url := serveArgs(t, filepath.Join(t.TempDir(), "data"))
+	addr := strings.TrimPrefix(url, "http://")
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 || ctx.Err() != nil {
+		t.Fatalf("serve on a busy port: %v (stderr %s), want a non-zero exit", err, stderr.String())
+	}
+	for _, want := range []string{addr, "--http-addr"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("serve said %q; want it to name %q", stderr.String(), want)
+		}
+	}
+}
+
 // TestSlowClientsCannotTakeTheStoresFiles: orderly serve under a limit of
 // 256 open files, and 400 connections that trickle a body (more than the
 // limit). The connection cap keeps the store's files free and the body

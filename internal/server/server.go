@@ -841,7 +841,7 @@ func (keysAlwaysNew) KnownNew(string) bool { return true }
 func (s *Server) serveHTTP(h http.Handler) error {
 	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("http listen: %w", err)
+		return fmt.Errorf("HTTP: cannot listen on %s (another orderly or server? set --http-addr): %w", s.cfg.HTTPAddr, err)
 	}
 	limit := s.cfg.HTTP.maxConns()
 	ln = netutil.LimitListener(ln, limit)
