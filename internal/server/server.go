@@ -257,14 +257,29 @@ func (c Config) Validate() error {
 		if !p.on {
 			continue
 		}
+		if p.cfg.Concurrency < 1 { // the pipeline's own default is for a zero nobody set; a flag's zero is a mistake
+			errs = append(errs, fmt.Errorf("%s concurrency must be at least 1, got %d", p.cfg.Name, p.cfg.Concurrency))
+			continue
+		}
 		errs = append(errs, p.cfg.Validate())
 		if t := c.pipelineTimeout(p.cfg); t >= c.Topology.AckWait {
 			errs = append(errs, fmt.Errorf("%s timeout %s must be shorter than the ack wait %s", p.cfg.Name, t, c.Topology.AckWait))
 		}
 	}
 	errs = append(errs, c.Topology.Validate())
-	if c.HTTP.HeaderTimeout <= 0 || c.HTTP.BodyTimeout <= 0 || c.HTTP.IdleTimeout <= 0 || c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxConns < 0 {
-		errs = append(errs, fmt.Errorf("http: header, body and idle timeouts must be positive, the header limit at least 4096 bytes and the connection cap not negative (got %+v)", c.HTTP))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"header", c.HTTP.HeaderTimeout}, {"body", c.HTTP.BodyTimeout}, {"idle", c.HTTP.IdleTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("HTTP %s timeout must be positive, got %s", d.name, d.v))
+		}
+	}
+	if c.HTTP.MaxHeaderBytes < 4096 {
+		errs = append(errs, fmt.Errorf("HTTP header limit must be at least 4096 bytes, got %d", c.HTTP.MaxHeaderBytes))
+	}
+	if c.HTTP.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("HTTP connection cap must not be negative, got %d", c.HTTP.MaxConns))
 	}
 	if c.ShutdownTimeout <= 0 || c.StartupTimeout <= 0 || c.StoreFaultGrace <= 0 {
 		errs = append(errs, errors.New("startup and shutdown timeouts and the store fault grace must be positive"))

@@ -686,10 +686,29 @@ func TestConfigValidation(t *testing.T) {
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"result TTL", "body limit", "processor: concurrency"} {
+	for _, want := range []string{"result TTL", "body limit", "processor concurrency must be at least 1, got -1"} {
 		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
+	}
+
+	// A zero from a flag is not "the library's default": it is refused, and
+	// each HTTP limit is named on its own, without a dump of the struct.
+	zero := server.DefaultConfig()
+	zero.Processor.Concurrency = 0
+	zero.HTTP.MaxConns = -3
+	zero.HTTP.IdleTimeout = 0
+	err = zero.Validate()
+	if err == nil {
+		t.Fatal("processor concurrency 0 accepted")
+	}
+	for _, want := range []string{"processor concurrency must be at least 1, got 0", "HTTP connection cap must not be negative, got -3", "HTTP idle timeout must be positive, got 0s"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "{") || strings.Contains(err.Error(), "header limit") {
+		t.Errorf("error %q names limits that are fine, or dumps the struct", err)
 	}
 }
 
