@@ -42,6 +42,9 @@ func (c *CheckCmd) Run(g *globals) error {
 	if c.Orders > 0 && c.Duration == 30*time.Second {
 		cfg.Duration = 0 // --orders alone: until that many
 	}
+	if err := cfg.Validate(); err != nil {
+		return err // before the banner: nothing is checked
+	}
 	fmt.Fprintf(os.Stderr, "checking %s with %d clients\n", cfg.URL, cfg.Clients)
 	rep, err := check.Run(g.ctx, cfg)
 	if err != nil {
