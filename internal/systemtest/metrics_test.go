@@ -21,17 +21,7 @@ import (
 // that does not exist never fires, and nothing says so.
 func TestDocumentedMetricsAreExposed(t *testing.T) {
 	t.Parallel()
-	cfg := orderlytest.Config(t)
-	// Every role, the optional projector too: each exposes its own metrics.
-	cfg.Roles = server.Roles{API: true, Processor: true, Projector: true}
-	cfg.Topology.Projector = true
-	inst := orderlytest.Start(t, cfg)
-	// Counters with labels appear once counted: one order, decided, replayed.
-	for range 2 {
-		if r := inst.PostOrder(t, "metrics-1", orderlytest.Order("c-metrics"), "Prefer: wait=10"); r.Status != http.StatusCreated {
-			t.Fatalf("POST: %d %s", r.Status, r.Body)
-		}
-	}
+	inst := startWithEveryRole(t)
 
 	metricName := regexp.MustCompile(`\borderly_[a-z_]*[a-z]\b`)
 	named := map[string][]string{} // metric -> the files that name it
@@ -62,7 +52,7 @@ func TestDocumentedMetricsAreExposed(t *testing.T) {
 				base = b
 			}
 		}
-		if strings.HasPrefix(name, "orderly_nats_server_process_") && cfg.NATSProcess == natsserver.InProcess {
+		if strings.HasPrefix(name, "orderly_nats_server_process_") && inst.Cfg.NATSProcess == natsserver.InProcess {
 			continue // the child process's own metrics; there is none here
 		}
 		if !exposed[base] {
@@ -79,13 +69,7 @@ func TestDocumentedMetricsAreExposed(t *testing.T) {
 // (one series per code answered).
 func TestAlertSelectorsMatchExposedSeries(t *testing.T) {
 	t.Parallel()
-	cfg := orderlytest.Config(t)
-	cfg.Roles = server.Roles{API: true, Processor: true, Projector: true}
-	cfg.Topology.Projector = true
-	inst := orderlytest.Start(t, cfg)
-	if r := inst.PostOrder(t, "selectors-1", orderlytest.Order("c-selectors"), "Prefer: wait=10"); r.Status != http.StatusCreated {
-		t.Fatalf("POST: %d %s", r.Status, r.Body)
-	}
+	inst := startWithEveryRole(t)
 	rules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +109,23 @@ func TestAlertSelectorsMatchExposedSeries(t *testing.T) {
 	if checked < 8 {
 		t.Fatalf("only %d label matchers found in the alert rules: the extraction is broken", checked)
 	}
+}
+
+// startWithEveryRole starts an orderly serve with every role, the optional
+// projector too (each exposes its own metrics), and makes one order and a
+// replay of it: counters with labels appear once counted.
+func startWithEveryRole(t *testing.T) *orderlytest.Instance {
+	t.Helper()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true, Processor: true, Projector: true}
+	cfg.Topology.Projector = true
+	inst := orderlytest.Start(t, cfg)
+	for range 2 {
+		if r := inst.PostOrder(t, "metrics-1", orderlytest.Order("c-metrics"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+			t.Fatalf("POST: %d %s", r.Status, r.Body)
+		}
+	}
+	return inst
 }
 
 // scrape returns the metric families a /metrics page declares and the label
