@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,5 +151,43 @@ func TestSchemasMatchEveryDecision(t *testing.T) {
 		token, _ := events.KeyToken(idempotency.KeyHash("t", "k"))
 		keyed := processor.Decide(cmd, events.KeyedOrderID(42, token), time.Now()).Event
 		t.Run(name+" keyed", func(t *testing.T) { check(t, keyed) })
+	}
+}
+
+// TestDocumentedEventExamplesMatchTheirSchemas: every JSON example in
+// docs/events.md is an event its schema accepts, in the keyed form new
+// deployments make: its order ID carries its idempotency key's token, and its
+// id and subject name that order.
+func TestDocumentedEventExamplesMatchTheirSchemas(t *testing.T) {
+	doc, err := os.ReadFile("../docs/events.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples := 0
+	for _, block := range strings.Split(string(doc), "```json\n")[1:] {
+		raw, _, ok := strings.Cut(block, "\n```")
+		if !ok {
+			t.Fatal("a json block of docs/events.md does not end")
+		}
+		examples++
+		check(t, []byte(raw))
+		var ev struct {
+			ID, Subject, Type string
+			Data              struct {
+				OrderID string `json:"order_id"`
+				KeyHash string `json:"idempotency_key_hash"`
+			}
+		}
+		if err := json.Unmarshal([]byte(raw), &ev); err != nil {
+			t.Fatal(err)
+		}
+		_, token, keyed := events.ParseKeyedOrderID(ev.Subject)
+		want, _ := events.KeyToken(ev.Data.KeyHash)
+		if !keyed || token != want || ev.Data.OrderID != ev.Subject || !strings.HasPrefix(ev.ID, ev.Subject+".") {
+			t.Errorf("example %d (%s): id %q, subject %q, order_id %q: want one keyed order ID, of key hash %q, throughout", examples, ev.Type, ev.ID, ev.Subject, ev.Data.OrderID, ev.Data.KeyHash)
+		}
+	}
+	if examples == 0 {
+		t.Fatal("no JSON example found in docs/events.md")
 	}
 }
