@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
 // orderlyCall finds an orderly command line in documentation: `orderly ...`,
@@ -145,19 +147,7 @@ func isCommand(word string) bool {
 // serve`'s flags names every flag the command takes, with its environment
 // variables, and no flag it does not take.
 func TestConfigurationTableNamesEveryServeFlag(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := string(readme)
-	start := strings.Index(section, "\n## Configuration\n")
-	if start < 0 {
-		t.Fatal("README has no Configuration section")
-	}
-	section = section[start+1:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
+	section := orderlytest.Section(t, "../../README.md", "Configuration")
 	flagName := regexp.MustCompile("`(--[a-z][a-z0-9-]*)`")
 	envName := regexp.MustCompile("`([A-Z][A-Z0-9_]+)`")
 	type row struct {

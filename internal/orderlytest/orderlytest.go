@@ -374,3 +374,23 @@ func (s *Buffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Section returns the "## heading" section of the Markdown file at path, up
+// to the next section of that level; it fails the test when there is none.
+func Section(t testing.TB, path, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "\n## "+heading+"\n")
+	if start < 0 {
+		t.Fatalf("%s has no section %q", path, heading)
+	}
+	s = s[start+1:]
+	if end := strings.Index(s[3:], "\n## "); end >= 0 {
+		s = s[:end+3]
+	}
+	return s
+}
