@@ -20,9 +20,9 @@ import (
 // header shown (but Content-Length, whose digits follow the timestamps), and
 // the body, timestamps aside (a body elided with "..." up to the elision).
 // The order IDs are deterministic (keyed: the command's sequence and the
-// key's hash), so they must match too. The transcript of an API without a
-// processor runs against one; the outage transcript needs a NATS to stop and
-// is left to TestNATSUnavailable.
+// key's hash), so they must match too. The transcripts that start processes
+// get them: an API without a processor, and an API on another process's NATS
+// that is then stopped.
 func TestREADMETranscripts(t *testing.T) {
 	t.Parallel()
 	section := orderlytest.Section(t, "../../README.md", "Every response, with curl")
@@ -40,23 +40,29 @@ func TestREADMETranscripts(t *testing.T) {
 	}
 	main := start1(server.DefaultRoles)
 	files := map[string][]byte{}
-	ran, skipped := 0, 0
+	ran := 0
 	for _, block := range consoleBlocks(section) {
-		inst := main
-		if strings.Contains(block, "$ go run ./cmd/orderly serve --data-dir /tmp/demo --roles api\n") {
-			inst = start1(server.Roles{API: true})
-		} else if strings.Contains(block, "$ go run ") {
-			skipped++
-			continue
-		}
+		hosts := map[string]*orderlytest.Instance{"localhost:8080": main}
+		var first *orderlytest.Instance // the block's first process, for kill %1
 		for _, step := range transcriptSteps(block) {
 			words := shellSplit(step.command, vars)
 			switch {
-			case strings.HasPrefix(step.command, "go run ./cmd/orderly serve "):
-				// the instance started for this block
+			case step.command == "go run ./cmd/orderly serve --data-dir /tmp/demo --roles api":
+				hosts["localhost:8080"] = start1(server.Roles{API: true}) // no processor: orders stay pending
+			case step.command == "go run ./cmd/orderly serve --data-dir /tmp/demo &":
+				first = start1(server.DefaultRoles)
+				hosts["localhost:8080"] = first
+			case strings.HasPrefix(step.command, "go run ./cmd/orderly api ") && strings.Contains(step.command, "--http-addr 127.0.0.1:8081"):
+				// An API process on the first one's NATS.
+				cfg := orderlytest.Config(t)
+				first.Attach(&cfg)
+				cfg.OrderIDs, cfg.Roles = jsstore.OrderIDsKeyed, server.Roles{API: true}
+				hosts["localhost:8081"] = orderlytest.Start(t, cfg)
+			case step.command == "kill %1":
+				first.Stop(t)
 			case len(words) > 0 && words[0] == "curl":
 				ran++
-				runCurl(t, inst, words[1:], files, step)
+				runCurl(t, hosts, words[1:], files, step)
 			case len(words) >= 3 && words[0] == "head" && words[1] == "-c":
 				// head -c N /dev/zero | tr '\0' ' ' > F: N spaces in F.
 				n, err := strconv.Atoi(words[2])
@@ -70,8 +76,8 @@ func TestREADMETranscripts(t *testing.T) {
 			}
 		}
 	}
-	if ran < 10 || skipped > 1 {
-		t.Fatalf("%d curl transcripts run, %d blocks left out: the extraction is broken", ran, skipped)
+	if ran < 11 {
+		t.Fatalf("%d curl transcripts run: the extraction is broken", ran)
 	}
 }
 
@@ -158,7 +164,7 @@ var timestamp = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`)
 
 // runCurl sends what curl -si would and compares the answer with the
 // transcript's output.
-func runCurl(t *testing.T, inst *orderlytest.Instance, args []string, files map[string][]byte, s step) {
+func runCurl(t *testing.T, hosts map[string]*orderlytest.Instance, args []string, files map[string][]byte, s step) {
 	t.Helper()
 	var url string
 	var body []byte
@@ -193,8 +199,12 @@ func runCurl(t *testing.T, inst *orderlytest.Instance, args []string, files map[
 			header.Set("Content-Type", "application/x-www-form-urlencoded") // as curl -d sends it
 		}
 	}
-	path := url[strings.Index(url, "/"):]
-	req, err := http.NewRequest(method, inst.URL+path, bytes.NewReader(body))
+	host, path, _ := strings.Cut(url, "/")
+	inst, ok := hosts[host]
+	if !ok {
+		t.Fatalf("%s: nothing runs at %s", s.command, host)
+	}
+	req, err := http.NewRequest(method, inst.URL+"/"+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
