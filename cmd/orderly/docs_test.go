@@ -219,3 +219,60 @@ func TestConfigurationTableNamesEveryServeFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentedTestsExist: every test, benchmark and fuzz target that the
+// README, docs/, .ci/run and scripts/ name exists, so that a renamed test
+// cannot leave the fault matrix or an ADR pointing at nothing.
+func TestDocumentedTestsExist(t *testing.T) {
+	root := "../.."
+	named := map[string][]string{} // name -> files naming it
+	name := regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*`)
+	var docs []string
+	for _, pattern := range []string{"README.md", "docs/*.md", "docs/adr/*.md", ".ci/run", "scripts/*.sh"} {
+		m, _ := filepath.Glob(filepath.Join(root, pattern))
+		docs = append(docs, m...)
+	}
+	for _, f := range docs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range name.FindAllString(string(b), -1) {
+			if !slices.Contains(named[n], f) {
+				named[n] = append(named[n], f)
+			}
+		}
+	}
+	if len(named) < 50 {
+		t.Fatalf("only %d test names found in the docs: the extraction is broken", len(named))
+	}
+	defined := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, files := range named {
+		if !defined[n] {
+			t.Errorf("%s, named in %s, is not a test, benchmark or fuzz target of this repository", n, strings.Join(files, ", "))
+		}
+	}
+}
