@@ -225,24 +225,12 @@ func TestConfigurationTableNamesEveryServeFlag(t *testing.T) {
 // cannot leave the fault matrix or an ADR pointing at nothing.
 func TestDocumentedTestsExist(t *testing.T) {
 	root := "../.."
-	named := map[string][]string{} // name -> files naming it
-	name := regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*`)
 	var docs []string
 	for _, pattern := range []string{"README.md", "docs/*.md", "docs/adr/*.md", ".ci/run", "scripts/*.sh"} {
 		m, _ := filepath.Glob(filepath.Join(root, pattern))
 		docs = append(docs, m...)
 	}
-	for _, f := range docs {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range name.FindAllString(string(b), -1) {
-			if !slices.Contains(named[n], f) {
-				named[n] = append(named[n], f)
-			}
-		}
-	}
+	named := orderlytest.NamesIn(t, regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*`), docs...)
 	if len(named) < 50 {
 		t.Fatalf("only %d test names found in the docs: the extraction is broken", len(named))
 	}

@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -393,4 +395,23 @@ func Section(t testing.TB, path, heading string) string {
 		s = s[:end+3]
 	}
 	return s
+}
+
+// NamesIn returns every match of name in the files, each with the files that
+// name it; it fails the test when a file cannot be read.
+func NamesIn(t testing.TB, name *regexp.Regexp, files ...string) map[string][]string {
+	t.Helper()
+	named := map[string][]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range name.FindAllString(string(b), -1) {
+			if !slices.Contains(named[n], f) {
+				named[n] = append(named[n], f)
+			}
+		}
+	}
+	return named
 }

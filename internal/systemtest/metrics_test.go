@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,19 +22,8 @@ func TestDocumentedMetricsAreExposed(t *testing.T) {
 	t.Parallel()
 	inst := startWithEveryRole(t)
 
-	metricName := regexp.MustCompile(`\borderly_[a-z_]*[a-z]\b`)
-	named := map[string][]string{} // metric -> the files that name it
-	for _, f := range []string{"../../deploy/prometheus/alerts.yml", "../../docs/operations.md", "../../README.md"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range metricName.FindAllString(string(b), -1) {
-			if !slices.Contains(named[m], f) {
-				named[m] = append(named[m], f)
-			}
-		}
-	}
+	named := orderlytest.NamesIn(t, regexp.MustCompile(`\borderly_[a-z_]*[a-z]\b`),
+		"../../deploy/prometheus/alerts.yml", "../../docs/operations.md", "../../README.md")
 	if len(named) < 15 {
 		t.Fatalf("only %d metric names found in the docs: the extraction is broken", len(named))
 	}
