@@ -1,4 +1,5 @@
-// Package archtest checks the dependency rules that the package comments
+// Package archtest checks the layout: that every package is documented
+// (docs/architecture.md, the README), and the dependency rules that the package comments
 // state: which packages may link NATS, watermill, gin or nats-server. It
 // reads the build graph with `go list`, so a rule broken by a transitive
 // import fails too.
