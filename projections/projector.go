@@ -119,6 +119,14 @@ type Projector struct {
 	now     func() time.Time
 }
 
+// Why the projector acked an event without projecting it: the values of
+// orderly_events_skipped_total's reason label.
+const (
+	skipUnknownType = "unknown_type"
+	skipUndecodable = "undecodable"
+	skipKeyed       = "keyed"
+)
+
 // NewProjector returns a projector writing to results. reg receives
 // orderly_events_skipped_total.
 func NewProjector(cfg ProjectorConfig, results ResultWriter, reg prometheus.Registerer, logger *slog.Logger) (*Projector, error) {
@@ -136,7 +144,7 @@ func NewProjector(cfg ProjectorConfig, results ResultWriter, reg prometheus.Regi
 	if err := reg.Register(skipped); err != nil {
 		return nil, err
 	}
-	for _, reason := range []string{"unknown_type", "undecodable", "keyed"} {
+	for _, reason := range []string{skipUnknownType, skipUndecodable, skipKeyed} {
 		skipped.WithLabelValues(reason) // exposed at 0 from the start: a series that appears at 1 shows Prometheus no increase
 	}
 	return &Projector{cfg: cfg, results: results, logger: logger.With("component", "projector"), skipped: skipped, now: time.Now}, nil
@@ -152,12 +160,12 @@ func (p *Projector) Handle(ctx context.Context, data []byte) error {
 	proj, err := Project(data)
 	if errors.Is(err, ErrUnknownType) {
 		p.logger.DebugContext(ctx, "event type not projected", "err", err)
-		p.skipped.WithLabelValues("unknown_type").Inc()
+		p.skipped.WithLabelValues(skipUnknownType).Inc()
 		return nil
 	}
 	if err != nil {
 		p.logger.ErrorContext(ctx, "event cannot be projected; acked without projection", "err", err)
-		p.skipped.WithLabelValues("undecodable").Inc()
+		p.skipped.WithLabelValues(skipUndecodable).Inc()
 		return nil
 	}
 	if proj.Record == nil {
@@ -166,7 +174,7 @@ func (p *Projector) Handle(ctx context.Context, data []byte) error {
 	if proj.KeyedAnswer() {
 		// A keyed order's event is its key's answer (ADR 0010): a record
 		// would only cost memory, and outlive the key by the projector's lag.
-		p.skipped.WithLabelValues("keyed").Inc()
+		p.skipped.WithLabelValues(skipKeyed).Inc()
 		return nil
 	}
 	if p.now().Sub(proj.At) >= p.cfg.ResultTTL {

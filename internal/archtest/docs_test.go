@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
 // TestEveryPackageIsDocumented: every package of the module has a row in
@@ -20,10 +22,6 @@ func TestEveryPackageIsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The table's first column names packages in backticks; the layout is
 	// the README's code block under "## Layout", one or more paths a line.
 	inTable := map[string]bool{}
@@ -34,11 +32,7 @@ func TestEveryPackageIsDocumented(t *testing.T) {
 			}
 		}
 	}
-	_, layout, ok := strings.Cut(string(readme), "\n## Layout\n")
-	if !ok {
-		t.Fatal("README has no Layout section")
-	}
-	_, layout, _ = strings.Cut(layout, "```\n")
+	_, layout, _ := strings.Cut(orderlytest.Section(t, "../../README.md", "Layout"), "```\n")
 	layout, _, _ = strings.Cut(layout, "```")
 	inLayout := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)(?:^|, )([a-z][a-z0-9/]*)/`).FindAllStringSubmatch(layout, -1) {

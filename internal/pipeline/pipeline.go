@@ -372,9 +372,9 @@ func (p *Pipeline) attempts(m *message.Message, next message.HandlerFunc, b *bat
 			}
 			switch {
 			case err == nil:
-				p.ack(d, "acked")
+				p.ack(d, outcomeAcked)
 			case errors.Is(err, errWorkersStopped):
-				p.nak(d, handBackDelay, "retried")
+				p.nak(d, handBackDelay)
 			case isPermanent(err):
 				p.giveUp(d, err)
 			case jsstore.IsUnavailable(err):
@@ -383,7 +383,7 @@ func (p *Pipeline) attempts(m *message.Message, next message.HandlerFunc, b *bat
 				p.giveUp(d, fmt.Errorf("after %d deliveries: %w", d.Delivered, err))
 			default:
 				p.logger.WarnContext(d.Trace(context.Background()), "handler failed; redelivering later", "seq", d.Seq, "delivered", d.Delivered, "err", err)
-				p.nak(d, p.cfg.Backoff.Delay(d.Delivered), "retried")
+				p.nak(d, p.cfg.Backoff.Delay(d.Delivered))
 			}
 		}
 		if len(held) == 0 {
@@ -393,7 +393,7 @@ func (p *Pipeline) attempts(m *message.Message, next message.HandlerFunc, b *bat
 		hold.set(p, len(held), fault)
 		if !p.wait(held, p.cfg.FaultBackoff.Delay(faults)) {
 			for _, d := range held {
-				p.nak(d, handBackDelay, "retried")
+				p.nak(d, handBackDelay)
 			}
 			return nil
 		}
@@ -410,18 +410,18 @@ func (p *Pipeline) giveUp(d *Delivery, cause error) {
 		err := p.deadLetter(d, cause)
 		if err == nil {
 			p.logger.ErrorContext(d.Trace(context.Background()), "message dead-lettered", "seq", d.Seq, "delivered", d.Delivered, "subject", p.cfg.DeadLetterSubject, "cause", cause)
-			p.ack(d, "dead_lettered")
+			p.ack(d, outcomeDeadLettered)
 			return
 		}
 		if !jsstore.IsUnavailable(err) {
 			p.logger.ErrorContext(d.Trace(context.Background()), "dead-lettering failed; redelivering later", "seq", d.Seq, "err", err, "cause", cause)
-			p.nak(d, p.cfg.Backoff.Delay(d.Delivered), "retried")
+			p.nak(d, p.cfg.Backoff.Delay(d.Delivered))
 			return
 		}
 		p.m.faults.Inc()
 		hold.set(p, 1, err)
 		if !p.wait([]*Delivery{d}, p.cfg.FaultBackoff.Delay(faults)) {
-			p.nak(d, handBackDelay, "retried")
+			p.nak(d, handBackDelay)
 			return
 		}
 	}
@@ -507,6 +507,15 @@ func (p *Pipeline) wait(ds []*Delivery, delay time.Duration) bool {
 	}
 }
 
+// Outcomes of a settled message: the values of orderly_pipeline_messages_total's
+// outcome label.
+const (
+	outcomeAcked        = "acked"
+	outcomeRetried      = "retried"
+	outcomeDeadLettered = "dead_lettered"
+)
+
+// ack settles d for good: outcome acked or dead_lettered.
 func (p *Pipeline) ack(d *Delivery, outcome string) {
 	if d.settled.Swap(true) {
 		return
@@ -520,7 +529,8 @@ func (p *Pipeline) ack(d *Delivery, outcome string) {
 	p.m.messages.WithLabelValues(outcome).Inc()
 }
 
-func (p *Pipeline) nak(d *Delivery, delay time.Duration, outcome string) {
+// nak hands d back for redelivery after delay: outcome retried.
+func (p *Pipeline) nak(d *Delivery, delay time.Duration) {
 	if d.settled.Swap(true) {
 		return
 	}
@@ -533,7 +543,7 @@ func (p *Pipeline) nak(d *Delivery, delay time.Duration, outcome string) {
 	if err != nil {
 		p.logger.Debug("nak failed; redelivered after the ack wait", "seq", d.Seq, "err", err)
 	}
-	p.m.messages.WithLabelValues(outcome).Inc()
+	p.m.messages.WithLabelValues(outcomeRetried).Inc()
 }
 
 // holding tracks how many deliveries of one batch are held during a fault.
@@ -617,7 +627,7 @@ func newMetrics(reg prometheus.Registerer, name string, backlog func() float64) 
 	// Each outcome is exposed at 0 from the start: a series that appears at 1
 	// shows Prometheus no increase, so the first dead letter would not fire
 	// OrderlyDeadLetters.
-	for _, outcome := range []string{"acked", "retried", "dead_lettered"} {
+	for _, outcome := range []string{outcomeAcked, outcomeRetried, outcomeDeadLettered} {
 		m.messages.WithLabelValues(outcome)
 	}
 	return m, nil

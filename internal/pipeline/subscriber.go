@@ -154,7 +154,7 @@ func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan
 	}
 	handBack := func() {
 		for _, d := range ds {
-			s.p.nak(d, handBackDelay, "retried")
+			s.p.nak(d, handBackDelay)
 		}
 	}
 	for i := range ds {
@@ -197,7 +197,7 @@ func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan
 		if err != nil { // cannot happen for a consumer's message; nothing to handle it by
 			<-slots
 			s.p.logger.Error("message without metadata; naked", "subject", d.Subject, "err", err)
-			s.p.nak(d, s.p.cfg.Backoff.Max, "retried")
+			s.p.nak(d, s.p.cfg.Backoff.Max)
 			continue
 		}
 		d.Stream, d.Seq, d.Delivered = meta.Stream, meta.Sequence.Stream, int(meta.NumDelivered)

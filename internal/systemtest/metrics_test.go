@@ -1,13 +1,16 @@
 package systemtest
 
 import (
-	"io"
 	"net/http"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
@@ -28,22 +31,16 @@ func TestDocumentedMetricsAreExposed(t *testing.T) {
 		t.Fatalf("only %d metric names found in the docs: the extraction is broken", len(named))
 	}
 
-	var exposed map[string]bool
+	var fams map[string]*dto.MetricFamily
 	orderlytest.Eventually(t, 10*time.Second, "the pipeline's counters", func() bool {
-		exposed, _ = scrape(t, inst.URL+"/metrics")
-		return exposed["orderly_pipeline_messages_total"] && exposed["orderly_commands_decided_total"]
+		fams = scrape(t, inst.URL+"/metrics")
+		return family(fams, "orderly_pipeline_messages_total") != nil && family(fams, "orderly_commands_decided_total") != nil
 	})
 	for name, files := range named {
-		base := name
-		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			if b, ok := strings.CutSuffix(name, suffix); ok && exposed[b] {
-				base = b
-			}
-		}
 		if strings.HasPrefix(name, "orderly_nats_server_process_") && inst.Cfg.NATSProcess == natsserver.InProcess {
 			continue // the child process's own metrics; there is none here
 		}
-		if !exposed[base] {
+		if family(fams, name) == nil {
 			t.Errorf("%s (named in %s) is not exposed by orderly serve", name, strings.Join(files, ", "))
 		}
 	}
@@ -64,26 +61,29 @@ func TestAlertSelectorsMatchExposedSeries(t *testing.T) {
 	}
 	selector := regexp.MustCompile(`\b(orderly_[a-z_]*[a-z])\{([^}]*)\}`)
 	matcher := regexp.MustCompile(`([a-z_]+)\s*(=~|!=|!~|=)\s*"([^"]*)"`)
-	var series map[string][]map[string]string
+	var fams map[string]*dto.MetricFamily
 	orderlytest.Eventually(t, 10*time.Second, "the pipeline's counters", func() bool {
-		_, series = scrape(t, inst.URL+"/metrics")
-		return len(series["orderly_pipeline_messages_total"]) > 0
+		fams = scrape(t, inst.URL+"/metrics")
+		return family(fams, "orderly_pipeline_messages_total") != nil
 	})
 	checked := 0
 	for _, sel := range selector.FindAllStringSubmatch(string(rules), -1) {
 		name := sel[1]
-		samples := series[name]
-		if len(samples) == 0 {
+		f := family(fams, name)
+		if f == nil || len(f.GetMetric()) == 0 {
 			t.Errorf("%s: no series exposed", sel[0])
 			continue
 		}
 		for _, m := range matcher.FindAllStringSubmatch(sel[2], -1) {
 			label, op, value := m[1], m[2], m[3]
 			hasLabel, hasValue := false, false
-			for _, labels := range samples {
-				v, ok := labels[label]
-				hasLabel = hasLabel || ok
-				hasValue = hasValue || (ok && v == value)
+			for _, series := range f.GetMetric() {
+				for _, l := range series.GetLabel() {
+					if l.GetName() == label {
+						hasLabel = true
+						hasValue = hasValue || l.GetValue() == value
+					}
+				}
 			}
 			if !hasLabel {
 				t.Errorf("%s: %s has no label %q", sel[0], name, label)
@@ -116,43 +116,37 @@ func startWithEveryRole(t *testing.T) *orderlytest.Instance {
 	return inst
 }
 
-// scrape returns the metric families a /metrics page declares and the label
-// sets of each sample name's series.
-func scrape(t *testing.T, url string) (families map[string]bool, series map[string][]map[string]string) {
+// scrape reads a /metrics page with Prometheus' own text parser.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
 	}
-	label := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
-	families, series = map[string]bool{}, map[string][]map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
-			if name, _, ok := strings.Cut(rest, " "); ok {
-				families[name] = true
-			}
-			continue
-		}
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, labels := line, map[string]string{}
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name = line[:i]
-			if line[i] == '{' {
-				if j := strings.LastIndexByte(line, '}'); j > i {
-					for _, m := range label.FindAllStringSubmatch(line[i+1:j], -1) {
-						labels[m[1]] = m[2]
-					}
-				}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return fams
+}
+
+// family is the metric family a name in a query refers to: the name itself,
+// or a histogram's or summary's family for its _bucket, _sum or _count.
+func family(fams map[string]*dto.MetricFamily, name string) *dto.MetricFamily {
+	if f, ok := fams[name]; ok {
+		return f
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			if f, ok := fams[base]; ok {
+				return f
 			}
 		}
-		series[name] = append(series[name], labels)
 	}
-	return families, series
+	return nil
 }
