@@ -110,6 +110,7 @@ type ServeCmd struct {
 	Roles           []string      `name:"roles" env:"ORDERLY_ROLES" default:"api,processor" enum:"api,processor,projector" help:"Components to run in this process: api, processor, projector. The projector is optional: the processor stores each key's response itself; a projector writes the same responses again from the events (after restoring ORDER_EVENTS alone, or to complete the keys an earlier version left pending)."`
 	Fsync           string        `name:"fsync" env:"ORDERLY_FSYNC" default:"1s" help:"When the embedded server syncs to disk: 'always' (every write before its ack; survives power loss), 'group' (every answer waits for a sync that many concurrent answers share: what clients are told survives power loss, at about twice the rate of always; event consumers may see an event that power loss takes back) or an interval such as 1s (survives a process crash, not power loss). See docs/adr/0002 and 0012."`
 	MinFreeSpace    string        `name:"min-free-space" env:"ORDERLY_MIN_FREE_SPACE" default:"256MiB" help:"Free space of the data directory's file system below which new orders are refused (503, not ready) while accepted ones are still decided (down to half of it), so that the store never runs out of space. 0 turns the guard off."`
+	DecisionLag     time.Duration `name:"decision-lag" env:"ORDERLY_DECISION_LAG" default:"0s" help:"Let decisions trail the accepted commands by up to this long while the processor is behind and no request waits for a decision (a sync POST, a GET ?wait=): the API then has the cores and accepts bursts of async orders faster, and the backlog is decided after them (docs/adr/0015). A waiting request ends the pause at once. 0: decide at once."`
 	StoreFaultGrace time.Duration `name:"store-fault-grace" env:"ORDERLY_STORE_FAULT_GRACE" default:"30s" help:"After a critical write error (a full disk the guard did not prevent, a failing disk, no file descriptors) the embedded store writes again only after a restart: orderly reports not ready at once and, after this grace, fails /healthz and exits with status 1 so that its supervisor restarts it."`
 }
 
@@ -160,6 +161,7 @@ func (c *ServeCmd) config() (server.Config, error) {
 		return cfg, fmt.Errorf("--min-free-space: %w", err)
 	}
 	cfg.StoreFaultGrace = c.StoreFaultGrace
+	cfg.DecisionLag = c.DecisionLag
 	return cfg, nil
 }
 

@@ -233,6 +233,8 @@ type Service struct {
 	drainOnce sync.Once
 	// keyed says whether new orders take keyed IDs.
 	keyed atomic.Bool
+	// stored counts the commands stored (Stored).
+	stored atomic.Uint64
 }
 
 // NewService returns the service.
@@ -368,6 +370,7 @@ func (s *Service) publish(ctx context.Context, cmd events.CreateOrder) (seq uint
 		expired := actx.Err() != nil
 		cancel()
 		if err == nil {
+			s.stored.Add(1)
 			return seq, duplicate, nil
 		}
 		if !notStored(err) {
@@ -382,6 +385,11 @@ func (s *Service) publish(ctx context.Context, cmd events.CreateOrder) (seq uint
 		}
 	}
 }
+
+// Stored counts the commands this service has stored (those the broker
+// took for duplicates too): it grows while the API takes orders in, which
+// the processor's yield looks at (server.Config.DecisionLag).
+func (s *Service) Stored() uint64 { return s.stored.Load() }
 
 func (s *Service) publishFailed(sent bool, err error) error {
 	if sent {

@@ -243,6 +243,23 @@ func (i *Instance) PostOrder(t testing.TB, key string, body []byte, header ...st
 	return Do(t, http.MethodPost, i.URL+"/v1/orders", body, h...)
 }
 
+// Stored is how many messages stream holds now (without waiting for the
+// processors, as Events does).
+func Stored(t testing.TB, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
 // Events returns every stored event of ORDER_EVENTS, decoded, once the
 // processors have settled (see settle).
 func Events(t testing.TB, js jetstream.JetStream) []events.RawEvent {

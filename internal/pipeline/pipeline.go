@@ -95,6 +95,9 @@ type Config struct {
 	DeadLetterSubject string
 	// CloseTimeout bounds how long Close waits for messages in hand (default 30s).
 	CloseTimeout time.Duration
+	// Yield, when not nil, lets the handling trail the stream while the
+	// pipeline is behind and nobody waits (off by default).
+	Yield *Yield
 }
 
 func (c *Config) setDefaults() {
@@ -577,6 +580,7 @@ type metrics struct {
 	messages *prometheus.CounterVec
 	faults   prometheus.Counter
 	held     prometheus.Gauge
+	yielded  prometheus.Counter
 }
 
 // backlog reads the consumer's messages not yet acked: delivered and in
@@ -614,12 +618,16 @@ func newMetrics(reg prometheus.Registerer, name string, backlog func() float64) 
 			Name: "orderly_pipeline_held", ConstLabels: labels,
 			Help: "Messages held while NATS is unavailable; consumption pauses while any is held.",
 		}),
+		yielded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orderly_pipeline_yielded_seconds_total", ConstLabels: labels,
+			Help: "Time the pipeline fetched nothing because it was behind, nobody waited, and its last message was younger than the lag it may trail by (serve --decision-lag; 0 when off).",
+		}),
 	}
 	backlogGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "orderly_pipeline_backlog", ConstLabels: labels,
 		Help: "Messages of the pipeline's durable consumer not acked yet (waiting and in flight), as NATS counts them at scrape time; -1 when NATS cannot say. Shared by every process of the role.",
 	}, backlog)
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.faults, m.held, backlogGauge} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.faults, m.held, m.yielded, backlogGauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -74,6 +74,7 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 	}()
 	slots := make(chan struct{}, s.p.cfg.Concurrency)
 	failures := 0
+	var last lastTaken
 	pause := func(d time.Duration) bool {
 		select {
 		case <-stop:
@@ -94,11 +95,19 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 			}
 			continue
 		}
+		if y := s.p.cfg.Yield; y.due(last.pending, time.Since(last.stored)) {
+			tick := time.NewTicker(yieldTick)
+			yielded := s.yield(y, last, stop, tick.C)
+			tick.Stop()
+			if !yielded {
+				return
+			}
+		}
 		batch, err := s.cons.Fetch(s.p.cfg.Concurrency, jetstream.FetchMaxWait(fetchWait))
 		if err == nil {
 			msgs := batch.Messages()
 			for jm := range msgs {
-				s.dispatch(ctx, s.together(jm, msgs), out, stop, slots, &inflight)
+				s.dispatch(ctx, s.together(jm, msgs), out, stop, slots, &inflight, &last)
 			}
 			if err = batch.Error(); errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 				err = nil // an empty pull: nothing to do
@@ -114,6 +123,30 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 		s.p.logger.Debug("fetch", "err", err, "failures", failures)
 		if !pause(min(50*time.Millisecond<<min(failures-1, 5), time.Second)) {
 			return
+		}
+	}
+}
+
+// yield waits while y says the pipeline should and the intake grows (Yield),
+// looking at each tick, at least one; false after stop.
+func (s *subscriber) yield(y *Yield, last lastTaken, stop <-chan struct{}, tick <-chan time.Time) bool {
+	in := y.Intake()
+	for since := time.Now(); ; {
+		select {
+		case <-stop:
+			return false
+		case <-tick:
+			// Counted as it goes (a pause can be long), from the clock, not
+			// the tick's time: a tick received late carries the time it was
+			// due, which can be before since, and a counter cannot go back
+			// (a panic that stopped orderly in a 60 s load).
+			now := time.Now()
+			s.p.m.yielded.Add(now.Sub(since).Seconds())
+			since = now
+		}
+		was := in
+		if in = y.Intake(); in == was || !y.due(last.pending, time.Since(last.stored)) {
+			return true // the burst is over, someone waits, or the lag is reached
 		}
 	}
 }
@@ -146,8 +179,9 @@ func (s *subscriber) together(jm jetstream.Msg, msgs <-chan jetstream.Msg) []jet
 }
 
 // dispatch hands the messages to the router as one router message, or naks
-// them after stop. Each takes one of the slots while in hand.
-func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan<- *message.Message, stop <-chan struct{}, slots chan struct{}, inflight *sync.WaitGroup) {
+// them after stop. Each takes one of the slots while in hand. last learns the
+// pending count and store time of the last one.
+func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan<- *message.Message, stop <-chan struct{}, slots chan struct{}, inflight *sync.WaitGroup, last *lastTaken) {
 	ds := make([]*Delivery, len(jms))
 	for i, jm := range jms {
 		ds[i] = &Delivery{Subject: jm.Subject(), Header: jm.Headers(), Data: jm.Data(), msg: jm}
@@ -201,6 +235,7 @@ func (s *subscriber) dispatch(ctx context.Context, jms []jetstream.Msg, out chan
 			continue
 		}
 		d.Stream, d.Seq, d.Delivered = meta.Stream, meta.Sequence.Stream, int(meta.NumDelivered)
+		*last = lastTaken{pending: meta.NumPending, stored: meta.Timestamp}
 		valid = append(valid, d)
 	}
 	if ds = valid; len(ds) == 0 {

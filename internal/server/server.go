@@ -153,6 +153,12 @@ type Config struct {
 	// small and the server's staging of each batch costs more than the syncs
 	// it saves (docs/performance.md).
 	BatchWrites bool
+	// DecisionLag, when positive, lets the processor's decisions trail the
+	// commands by up to this long while it is behind and no request of this
+	// process waits for a decision, so that the API has the cores in a burst
+	// (pipeline.Yield, ADR 0015). It needs the API and the processor in one
+	// process: a processor alone cannot see who waits. 0: decide at once.
+	DecisionLag time.Duration
 }
 
 // HTTPLimits bound what slow or greedy clients can take.
@@ -244,6 +250,12 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("http addr %q: %w", c.HTTPAddr, err))
 	}
+	if c.DecisionLag < 0 {
+		errs = append(errs, fmt.Errorf("decision lag must not be negative, got %s", c.DecisionLag))
+	}
+	if c.DecisionLag > 0 && !(c.Roles.API && c.Roles.Processor) {
+		errs = append(errs, errors.New("decision lag needs the api and processor roles in one process: a processor alone cannot see the requests that wait for its decisions"))
+	}
 	if c.Roles.API {
 		errs = append(errs, c.API.Validate(), c.App.Validate())
 		if c.Hub.CacheSize < 0 {
@@ -290,6 +302,13 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// intake is what the processor's yield looks at (Config.DecisionLag): who
+// waits for decisions, and how many commands the API has stored.
+type intake struct {
+	hub *hub.Hub
+	svc *app.Service
+}
+
 // pipelineTimeout is p's attempt timeout: as set, or the smaller of 5s and
 // half the ack wait.
 func (c Config) pipelineTimeout(p pipeline.Config) time.Duration {
@@ -306,7 +325,8 @@ type Server struct {
 	ns        natsserver.Instance
 	nc        *nats.Conn
 	hub       *hub.Hub
-	durable   *durable.Syncer // with --fsync group: the answers' group commit
+	intake    atomic.Pointer[intake] // the API, for the processor's yield (set after the processor starts)
+	durable   *durable.Syncer        // with --fsync group: the answers' group commit
 	svc       *app.Service
 	http      *http.Server
 	httpLn    net.Listener
@@ -696,7 +716,26 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 		}
 		return pd
 	}
-	return s.run(ctx, js, s.cfg.Processor, pipeline.Handler{
+	pcfg := s.cfg.Processor
+	if s.cfg.DecisionLag > 0 {
+		// The API starts after the processor: until then nobody waits and
+		// nothing comes in.
+		pcfg.Yield = &pipeline.Yield{Lag: s.cfg.DecisionLag,
+			Waiting: func() int {
+				if in := s.intake.Load(); in != nil {
+					return in.hub.Waiters()
+				}
+				return 0
+			},
+			Intake: func() uint64 {
+				if in := s.intake.Load(); in != nil {
+					return in.svc.Stored()
+				}
+				return 0
+			},
+		}
+	}
+	return s.run(ctx, js, pcfg, pipeline.Handler{
 		// The commands that arrived together (or one), their claims and
 		// events each written with one wait (ADR 0011); a span per command.
 		HandleBatch: func(ctx context.Context, ds []*pipeline.Delivery) []error {
@@ -790,6 +829,7 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 		return err
 	}
 	s.svc = svc
+	s.intake.Store(&intake{hub: h, svc: svc})
 	s.logger.Info("order IDs", "form", map[bool]string{true: jsstore.OrderIDsKeyed, false: jsstore.OrderIDsNonce}[svc.KeyedOrderIDs()], "setting", s.cfg.OrderIDs)
 	if s.cfg.OrderIDs == OrderIDsAuto {
 		s.wg.Add(1)

@@ -21,17 +21,7 @@ import (
 
 func commandCount(t *testing.T, inst *orderlytest.Instance) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := inst.JetStream(t).Stream(ctx, events.CommandStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return orderlytest.Stored(t, inst.JetStream(t), events.CommandStream)
 }
 
 func TestCreatedWithinWaitAndReplay(t *testing.T) {

@@ -1,0 +1,60 @@
+package pipeline
+
+import "time"
+
+// Yield lets a pipeline's handling trail its stream by up to Lag while the
+// pipeline is behind, something fills the stream and nobody waits for the
+// pipeline, so that the cores go to what fills the stream (the API accepting
+// a burst; ADR 0015).
+//
+// After each group of messages it takes, the pipeline looks at the last
+// one: when at least Behind messages are pending after it and it is younger
+// than Lag, the pipeline fetches nothing more until that message is Lag old,
+// Waiting reports a waiter, or Intake stops growing (the burst is over: the
+// cores are free). So a message waits at most about Lag (plus the work
+// before it), a request that waits for a decision ends the pause at once, and
+// a trickle, which the pipeline keeps up with, is never delayed.
+type Yield struct {
+	// Lag is how far behind the stream the handling may fall; 0 (or less) never
+	// yields.
+	Lag time.Duration
+	// Behind is how many pending messages make the pipeline behind (default
+	// DefaultBehind).
+	Behind uint64
+	// Waiting reports how many requests of this process wait for the
+	// pipeline's outcome; any ends the pause. Nil: nobody ever waits.
+	Waiting func() int
+	// Intake counts what this process has put into the stream; a pause ends
+	// when it has not grown for a tick (yieldTick). Nil: never yields.
+	Intake func() uint64
+}
+
+// DefaultBehind is Yield.Behind's default. Under a 10 s async load on two
+// cores the processor, when it keeps pace, leaves fewer than 100 commands
+// pending after a group: a threshold of 100 never yielded there, one of 10
+// yielded throughout (ADR 0015).
+const DefaultBehind = 10
+
+// yieldTick is how often a pause looks at the waiters and the intake.
+const yieldTick = 10 * time.Millisecond
+
+// due says whether the pipeline should wait before its next fetch, given the
+// messages pending after the last one taken and that message's age now.
+func (y *Yield) due(pending uint64, age time.Duration) bool {
+	if y == nil || y.Lag <= 0 || y.Intake == nil {
+		return false
+	}
+	behind := y.Behind
+	if behind == 0 {
+		behind = DefaultBehind
+	}
+	return pending >= behind && age < y.Lag && !y.waited()
+}
+
+func (y *Yield) waited() bool { return y.Waiting != nil && y.Waiting() > 0 }
+
+// lastTaken is what the pump remembers of the last message it took.
+type lastTaken struct {
+	pending uint64
+	stored  time.Time // when the message was stored
+}

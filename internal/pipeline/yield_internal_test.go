@@ -1,0 +1,82 @@
+package pipeline
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestYieldDue: the pipeline waits only while it is behind, its last message
+// is younger than the lag, and nobody waits; off when nil or without a lag.
+func TestYieldDue(t *testing.T) {
+	waiting := 0
+	intake := func() uint64 { return 1 }
+	y := &Yield{Lag: 8 * time.Second, Waiting: func() int { return waiting }, Intake: intake}
+	for _, c := range []struct {
+		name    string
+		y       *Yield
+		pending uint64
+		age     time.Duration
+		waiting int
+		want    bool
+	}{
+		{"behind, young, nobody waits", y, 500, time.Second, 0, true},
+		{"just behind", y, DefaultBehind, 0, 0, true},
+		{"keeping pace", y, DefaultBehind - 1, time.Second, 0, false},
+		{"as old as the lag", y, 500, 8 * time.Second, 0, false},
+		{"older than the lag", y, 500, time.Minute, 0, false},
+		{"someone waits", y, 500, time.Second, 1, false},
+		{"stored in the future (clock skew): bounded by the lag as it passes", y, 500, -time.Second, 0, true},
+		{"nothing taken yet (zero store time)", y, 0, time.Since(time.Time{}), 0, false},
+		{"off: nil", nil, 500, time.Second, 0, false},
+		{"off: no lag", &Yield{Intake: intake}, 500, time.Second, 0, false},
+		{"off: no intake to yield to", &Yield{Lag: time.Second}, 500, 0, 0, false},
+		{"own threshold", &Yield{Lag: time.Second, Behind: 1000, Intake: intake}, 999, 0, 0, false},
+		{"no waiter function", &Yield{Lag: time.Second, Intake: intake}, 500, 0, 0, true},
+	} {
+		waiting = c.waiting
+		if got := c.y.due(c.pending, c.age); got != c.want {
+			t.Errorf("%s: due(%d, %s) = %v, want %v", c.name, c.pending, c.age, got, c.want)
+		}
+	}
+}
+
+// TestYieldCountsFromTheClock: a tick received late carries the time it was
+// due, which can be before the pause began; the time paused is counted from
+// the clock, so the counter never goes back (a panic that stopped orderly
+// serve in a 60 s load when it was counted from the ticks).
+func TestYieldCountsFromTheClock(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry(), "processor", func() float64 { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &subscriber{p: &Pipeline{m: m}}
+	var in atomic.Uint64
+	y := &Yield{Lag: time.Hour, Intake: func() uint64 { return in.Add(1) }} // orders keep coming in
+	last := lastTaken{pending: 500, stored: time.Now()}
+	tick := make(chan time.Time)
+	stop := make(chan struct{})
+	done := make(chan bool)
+	go func() { done <- s.yield(y, last, stop, tick) }()
+	tick <- time.Now().Add(-time.Minute) // due long before the pause began
+	tick <- time.Time{}
+	close(stop)
+	if <-done {
+		t.Fatal("yield after stop returned true")
+	}
+	var pb dto.Metric
+	if err := m.yielded.Write(&pb); err != nil || pb.GetCounter().GetValue() < 0 {
+		t.Fatalf("yielded %v s (%v)", pb.GetCounter().GetValue(), err)
+	}
+
+	// The pause ends by itself once the intake stops growing.
+	y.Intake = func() uint64 { return 7 }
+	go func() { done <- s.yield(y, last, make(chan struct{}), tick) }()
+	tick <- time.Now()
+	if !<-done {
+		t.Fatal("yield with an idle intake did not end")
+	}
+}
