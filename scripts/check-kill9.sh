@@ -5,6 +5,7 @@
 #
 #   scripts/check-kill9.sh                      # one kill, ~1 minute
 #   DURATION=60s KILLS=7 scripts/check-kill9.sh # a kill every 3-8 s while the load runs
+#   SERVE_FLAGS="--decision-lag 8s" scripts/check-kill9.sh  # more flags for orderly serve
 #
 # KILLS (1) is how many times orderly serve is killed and restarted: the first
 # 5 s into the load, each next one 3 to 8 s (at random) after the restart.
@@ -23,7 +24,8 @@ go build -o "$BIN" ./cmd/orderly
 
 PID=
 start() {
-  "$BIN" serve --data-dir "$WORK/data" --http-addr "$HTTP" --nats-listen "$NATS" --dedup-window 2s >>"$WORK/serve.log" 2>&1 &
+  # shellcheck disable=SC2086 # SERVE_FLAGS is split into flags on purpose
+  "$BIN" serve --data-dir "$WORK/data" --http-addr "$HTTP" --nats-listen "$NATS" --dedup-window 2s ${SERVE_FLAGS:-} >>"$WORK/serve.log" 2>&1 &
   PID=$!
   for _ in $(seq 1 150); do
     if curl -fsS "http://$HTTP/readyz" >/dev/null 2>&1; then return 0; fi
