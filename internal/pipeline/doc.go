@@ -45,6 +45,10 @@
 // "<stream>.<sequence>" of the original: dead-lettering the same message twice
 // (a lost ack) stores one dead letter; two messages always make two.
 //
+// With Config.Yield, a pipeline that is behind while its stream is being
+// filled and nobody waits for it pauses its fetching, up to a lag, so that
+// what fills the stream has the cores (serve --decision-lag, ADR 0015).
+//
 // Watermill's router runs the handlers (one handler per pipeline, its
 // middleware chain, Run and Close); the pipeline supplies the subscriber (a
 // pull consumer with flow control; one router message per batch, or per
