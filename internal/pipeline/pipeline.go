@@ -620,7 +620,7 @@ func newMetrics(reg prometheus.Registerer, name string, backlog func() float64) 
 		}),
 		yielded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderly_pipeline_yielded_seconds_total", ConstLabels: labels,
-			Help: "Time the pipeline fetched nothing because it was behind, nobody waited, and its last message was younger than the lag it may trail by (serve --decision-lag; 0 when off).",
+			Help: "Time the pipeline fetched nothing to leave the cores to what fills its stream: it was behind, messages kept coming in, nobody waited, and its last message was younger than the lag it may trail by (serve --decision-lag; 0 when off).",
 		}),
 	}
 	backlogGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
