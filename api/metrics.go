@@ -43,8 +43,23 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			return nil, err
 		}
 	}
+	// Every outcome is exposed at 0 from the start: a series that appears at
+	// 1 shows Prometheus no increase, so rate() would miss the first of each.
+	for _, o := range []string{outcomeCreated, outcomeRejected, outcomeAccepted, outcomeInProgress} {
+		for _, replayed := range []bool{false, true} {
+			m.outcomes.WithLabelValues(o, strconv.FormatBool(replayed))
+		}
+	}
 	return m, nil
 }
+
+// The outcomes of orderly_order_submissions_total.
+const (
+	outcomeCreated    = "created"
+	outcomeRejected   = "rejected"
+	outcomeAccepted   = "accepted"
+	outcomeInProgress = "in_progress"
+)
 
 func (h *handlers) observe(c *gin.Context) {
 	start := time.Now()
@@ -73,14 +88,14 @@ func (m *httpMetrics) outcome(out app.Outcome) {
 	var o string
 	switch out.Kind {
 	case app.Completed:
-		o = "created"
+		o = outcomeCreated
 		if out.Record.Status != http.StatusCreated {
-			o = "rejected"
+			o = outcomeRejected
 		}
 	case app.Accepted:
-		o = "accepted"
+		o = outcomeAccepted
 	case app.InProgress:
-		o = "in_progress"
+		o = outcomeInProgress
 	}
 	m.outcomes.WithLabelValues(o, strconv.FormatBool(out.Replayed)).Inc()
 }

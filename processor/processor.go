@@ -191,6 +191,9 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer, logger *slog.Logger) 
 	if err := reg.Register(decided); err != nil {
 		return nil, err
 	}
+	for _, kind := range []string{string(events.KindCreated), string(events.KindRejected), kindNone} {
+		decided.WithLabelValues(kind) // at 0 from the start, so that rate() sees the first of each
+	}
 	if cfg.ResultTTL <= 0 {
 		cfg.ResultTTL = 24 * time.Hour
 	}

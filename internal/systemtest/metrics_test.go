@@ -99,6 +99,39 @@ func TestAlertSelectorsMatchExposedSeries(t *testing.T) {
 	}
 }
 
+// TestLabelledCountersStartAtZero: a fresh orderly serve, before any order,
+// exposes every outcome of the submissions and every kind of decision at 0.
+// A series that appears at 1 shows Prometheus no increase: rate() and
+// increase() would miss the first of each.
+func TestLabelledCountersStartAtZero(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	fams := scrape(t, inst.URL+"/metrics")
+	for name, want := range map[string][]string{
+		"orderly_order_submissions_total": {
+			"created,false", "created,true", "rejected,false", "rejected,true",
+			"accepted,false", "accepted,true", "in_progress,false", "in_progress,true",
+		},
+		"orderly_commands_decided_total": {"created", "rejected", "none"},
+	} {
+		got := map[string]float64{}
+		if f := family(fams, name); f != nil {
+			for _, series := range f.GetMetric() {
+				var values []string
+				for _, l := range series.GetLabel() {
+					values = append(values, l.GetValue())
+				}
+				got[strings.Join(values, ",")] = series.GetCounter().GetValue()
+			}
+		}
+		for _, labels := range want {
+			if v, ok := got[labels]; !ok || v != 0 {
+				t.Errorf("%s{%s}: exposed %v at %v before any order, want at 0", name, labels, ok, v)
+			}
+		}
+	}
+}
+
 // startWithEveryRole starts an orderly serve with every role, the optional
 // projector too (each exposes its own metrics), and makes one order and a
 // replay of it: counters with labels appear once counted.
