@@ -15,6 +15,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -241,6 +242,24 @@ func (i *Instance) PostOrder(t testing.TB, key string, body []byte, header ...st
 		h = append(h, "Idempotency-Key: "+key)
 	}
 	return Do(t, http.MethodPost, i.URL+"/v1/orders", body, h...)
+}
+
+// Metric reads one series from the instance's /metrics, written as
+// Prometheus renders it (name{label="value",...}); it fails the test when
+// the series is not exposed.
+func (i *Instance) Metric(t testing.TB, series string) float64 {
+	t.Helper()
+	for line := range strings.Lines(string(Do(t, http.MethodGet, i.URL+"/metrics", nil).Body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s %s: %v", series, v, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics lacks %s", series)
+	return 0
 }
 
 // Stored is how many messages stream holds now (without waiting for the

@@ -8,7 +8,7 @@ import "time"
 // a burst; ADR 0015).
 //
 // After each group of messages it takes, the pipeline looks at the last
-// one: when at least Behind messages are pending after it and it is younger
+// one: when at least behind messages are pending after it and it is younger
 // than Lag, the pipeline fetches nothing more until that message is Lag old,
 // Waiting reports a waiter, or Intake stops growing (the burst is over: the
 // cores are free). So a message waits at most about Lag (plus the work
@@ -18,9 +18,6 @@ type Yield struct {
 	// Lag is how far behind the stream the handling may fall; 0 (or less) never
 	// yields.
 	Lag time.Duration
-	// Behind is how many pending messages make the pipeline behind (default
-	// DefaultBehind).
-	Behind uint64
 	// Waiting reports how many requests of this process wait for the
 	// pipeline's outcome; any ends the pause. Nil: nobody ever waits.
 	Waiting func() int
@@ -29,11 +26,11 @@ type Yield struct {
 	Intake func() uint64
 }
 
-// DefaultBehind is Yield.Behind's default. Under a 10 s async load on two
-// cores the processor, when it keeps pace, leaves fewer than 100 commands
-// pending after a group: a threshold of 100 never yielded there, one of 10
-// yielded throughout (ADR 0015).
-const DefaultBehind = 10
+// behind is how many pending messages make a pipeline behind. Under a 10 s
+// async load on two cores the processor, when it keeps pace, leaves fewer
+// than 100 commands pending after a group: a threshold of 100 never yielded
+// there, one of 10 yielded throughout (ADR 0015).
+const behind = 10
 
 // yieldTick is how often a pause looks at the waiters and the intake.
 const yieldTick = 10 * time.Millisecond
@@ -43,10 +40,6 @@ const yieldTick = 10 * time.Millisecond
 func (y *Yield) due(pending uint64, age time.Duration) bool {
 	if y == nil || y.Lag <= 0 || y.Intake == nil {
 		return false
-	}
-	behind := y.Behind
-	if behind == 0 {
-		behind = DefaultBehind
 	}
 	return pending >= behind && age < y.Lag && !y.waited()
 }

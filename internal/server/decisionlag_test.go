@@ -56,24 +56,6 @@ func storedEvents(t *testing.T, js jetstream.JetStream) uint64 {
 	return orderlytest.Stored(t, js, events.EventStream)
 }
 
-// yieldedSeconds reads orderly_pipeline_yielded_seconds_total of the
-// processor from /metrics.
-func yieldedSeconds(t *testing.T, inst *orderlytest.Instance) float64 {
-	t.Helper()
-	const series = `orderly_pipeline_yielded_seconds_total{pipeline="processor"} `
-	for line := range strings.Lines(string(orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil).Body)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s%s: %v", series, v, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("/metrics lacks %s", series)
-	return 0
-}
-
 // behindALoad starts orderly with the decision lag, n commands behind
 // (acceptedAhead) and async orders coming in (intakeLoad, keys
 // prefix-load-0...), which stop ends; the test's end stops them too.
@@ -156,7 +138,7 @@ func TestDecisionLagYieldsUntilSomeoneWaits(t *testing.T) {
 	if got := storedEvents(t, js); got >= n {
 		t.Fatalf("%d events while the API took orders in and nobody waited, with %d commands behind: the processor did not yield", got, n)
 	}
-	if y := yieldedSeconds(t, inst); y <= 0 {
+	if y := inst.Metric(t, `orderly_pipeline_yielded_seconds_total{pipeline="processor"}`); y <= 0 {
 		t.Fatalf("yielded %v s while behind", y)
 	}
 

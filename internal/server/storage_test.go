@@ -257,20 +257,7 @@ func TestFsyncGroup(t *testing.T) {
 	cfg := orderlytest.Config(t)
 	cfg.Fsync = natsserver.Fsync{Group: true, Interval: natsserver.GroupInterval}
 	inst := orderlytest.Start(t, cfg)
-	rounds := func() float64 {
-		t.Helper()
-		for _, line := range strings.Split(string(orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil).Body), "\n") {
-			if v, ok := strings.CutPrefix(line, "orderly_group_syncs_total "); ok {
-				n, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
-		}
-		t.Fatal("no orderly_group_syncs_total")
-		return 0
-	}
+	rounds := func() float64 { t.Helper(); return inst.Metric(t, "orderly_group_syncs_total") }
 	before := rounds()
 	created := inst.PostOrder(t, "group-1", orderlytest.Order("c-1"))
 	if created.Status != http.StatusCreated {
