@@ -317,8 +317,41 @@ func TestHangUpsAreCountedAs499(t *testing.T) {
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	m := do(h, http.MethodGet, "/metrics", "")
 	if !strings.Contains(m.Body.String(), `orderly_http_requests_total{code="499",method="POST",route="/v1/orders"} 1`) ||
-		strings.Contains(m.Body.String(), `code="503"`) {
+		!strings.Contains(m.Body.String(), `orderly_http_requests_total{code="503",method="POST",route="/v1/orders"} 0`) {
 		t.Fatalf("metrics after a hang-up:\n%s", m.Body)
+	}
+}
+
+// TestDocumentedResponsesStartAtZero: every response the OpenAPI document
+// names is a series of orderly_http_requests_total at 0 before any request,
+// so that rate() and an alert on 5xx see the first one.
+func TestDocumentedResponsesStartAtZero(t *testing.T) {
+	t.Parallel()
+	h := handler(t, api.DefaultConfig(), &fakeService{})
+	body := do(h, http.MethodGet, "/metrics", "").Body.String()
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]any `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(api.OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for path, ops := range doc.Paths {
+		route := strings.ReplaceAll(strings.ReplaceAll(path, "{", ":"), "}", "")
+		for method, op := range ops {
+			for code := range op.Responses {
+				n++
+				series := fmt.Sprintf(`orderly_http_requests_total{code=%q,method=%q,route=%q} 0`, code, strings.ToUpper(method), route)
+				if !strings.Contains(body, series+"\n") {
+					t.Errorf("no %s before any request", series)
+				}
+			}
+		}
+	}
+	if n < 40 {
+		t.Fatalf("the OpenAPI document names %d responses; want every route's", n)
 	}
 }
 

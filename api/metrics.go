@@ -1,8 +1,11 @@
 package api
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -50,7 +53,49 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			m.outcomes.WithLabelValues(o, strconv.FormatBool(replayed))
 		}
 	}
+	// So is every response the OpenAPI document names (route, method and
+	// status code): an alert on 5xx sees the first one.
+	responses, err := documentedResponses(openAPI)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range responses {
+		m.requests.WithLabelValues(r.method, r.route, r.code)
+		m.duration.WithLabelValues(r.method, r.route)
+	}
 	return m, nil
+}
+
+type documentedResponse struct{ method, route, code string }
+
+// documentedResponses lists every response of an OpenAPI document, its path
+// written as the router's route ("/v1/orders/{id}" as "/v1/orders/:id").
+func documentedResponses(doc []byte) ([]documentedResponse, error) {
+	var d struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		return nil, fmt.Errorf("api: the OpenAPI document: %w", err)
+	}
+	var out []documentedResponse
+	for path, ops := range d.Paths {
+		route := strings.NewReplacer("{", ":", "}", "").Replace(path)
+		for method, raw := range ops {
+			var op struct {
+				Responses map[string]json.RawMessage `json:"responses"`
+			}
+			if json.Unmarshal(raw, &op) != nil || op.Responses == nil {
+				continue // parameters and the like, not an operation
+			}
+			for code := range op.Responses {
+				out = append(out, documentedResponse{methodLabel(strings.ToUpper(method)), route, code})
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("api: the OpenAPI document names no response")
+	}
+	return out, nil
 }
 
 // The outcomes of orderly_order_submissions_total.
