@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
 // Mix is the share of each kind of request, in percent of the total.
@@ -414,10 +415,15 @@ func (r *run) progress(w io.Writer, done *atomic.Int64, start time.Time) func() 
 // Progress shows a progress bar on w, updated every half second until the
 // returned stop is called: over d from start when d > 0, else over total
 // items, of which count reports how many are done. describe labels the bar.
+// When w is not a terminal (a log file, a CI job), a bar redrawn in place
+// would fill it with frames: it gets a line every plainEvery instead.
 func Progress(w io.Writer, start time.Time, d time.Duration, total int64, count func() int64, describe func(n int64, now time.Time) string) (stop func()) {
 	max, byTime := total, d > 0
 	if byTime {
 		max = d.Milliseconds()
+	}
+	if !isTerminal(w) {
+		return plainProgress(w, start, max, byTime, count, describe)
 	}
 	bar := progressbar.NewOptions64(max,
 		progressbar.OptionSetWriter(w),
@@ -447,6 +453,48 @@ func Progress(w io.Writer, start time.Time, d time.Duration, total int64, count 
 				} else {
 					_ = bar.Set64(min(n, max))
 				}
+			}
+		}
+	}()
+	return func() { close(halt); <-finished }
+}
+
+// plainEvery is how often Progress writes a line where w is not a terminal.
+var plainEvery = 5 * time.Second
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// plainProgress writes one line every plainEvery, and a last one at stop:
+// the time since start, the share done and describe's label.
+func plainProgress(w io.Writer, start time.Time, max int64, byTime bool, count func() int64, describe func(n int64, now time.Time) string) (stop func()) {
+	line := func(now time.Time) {
+		n := count()
+		done := n
+		if byTime {
+			done = now.Sub(start).Milliseconds()
+		}
+		pct := int64(100)
+		if max > 0 {
+			pct = min(100, 100*done/max)
+		}
+		fmt.Fprintf(w, "%6.0fs %3d%% %s\n", now.Sub(start).Seconds(), pct, strings.TrimSpace(describe(n, now)))
+	}
+	halt := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(plainEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-halt:
+				line(time.Now())
+				return
+			case now := <-t.C:
+				line(now)
 			}
 		}
 	}()
