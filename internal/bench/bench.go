@@ -433,26 +433,36 @@ func Progress(w io.Writer, start time.Time, d time.Duration, total int64, count 
 		progressbar.OptionSetElapsedTime(false),
 		progressbar.OptionSetPredictTime(false),
 	)
+	return every(500*time.Millisecond, func(now time.Time) {
+		n := count()
+		bar.Describe(describe(n, now))
+		if byTime {
+			_ = bar.Set64(min(now.Sub(start).Milliseconds(), max))
+		} else {
+			_ = bar.Set64(min(n, max))
+		}
+	}, func() {
+		_ = bar.Finish()
+		fmt.Fprintln(w)
+	})
+}
+
+// every calls tick every interval from a goroutine of its own until the
+// returned stop is called, then last; stop returns after last.
+func every(interval time.Duration, tick func(now time.Time), last func()) (stop func()) {
 	halt := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(500 * time.Millisecond)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-halt:
-				_ = bar.Finish()
-				fmt.Fprintln(w)
+				last()
 				return
 			case now := <-t.C:
-				n := count()
-				bar.Describe(describe(n, now))
-				if byTime {
-					_ = bar.Set64(min(now.Sub(start).Milliseconds(), max))
-				} else {
-					_ = bar.Set64(min(n, max))
-				}
+				tick(now)
 			}
 		}
 	}()
@@ -482,23 +492,7 @@ func plainProgress(w io.Writer, start time.Time, max int64, byTime bool, count f
 		}
 		fmt.Fprintf(w, "%6.0fs %3d%% %s\n", now.Sub(start).Seconds(), pct, strings.TrimSpace(describe(n, now)))
 	}
-	halt := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(plainEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-halt:
-				line(time.Now())
-				return
-			case now := <-t.C:
-				line(now)
-			}
-		}
-	}()
-	return func() { close(halt); <-finished }
+	return every(plainEvery, line, func() { line(time.Now()) })
 }
 
 // PercentilesOf sorts samples and returns their percentiles.
