@@ -15,7 +15,6 @@ import (
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/jsstore"
-	"github.com/schollz/progressbar/v3"
 )
 
 // DLQCmd groups the dead-letter tools.
@@ -263,7 +262,7 @@ func (c *BackupCmd) Run(g *globals) error {
 	defer nc.Close()
 	bars := newStreamBars()
 	m, err := admin.Backup(g.ctx, nc, c.Dir, bars.update)
-	bars.finish()
+	bars.finish(err == nil)
 	if err != nil {
 		return err
 	}
@@ -289,7 +288,7 @@ func (c *RestoreCmd) Run(g *globals) error {
 	defer nc.Close()
 	bars := newStreamBars()
 	m, err := admin.Restore(g.ctx, nc, c.Dir, bars.update)
-	bars.finish()
+	bars.finish(err == nil)
 	if err != nil {
 		return err
 	}
@@ -297,28 +296,26 @@ func (c *RestoreCmd) Run(g *globals) error {
 	return nil
 }
 
-// streamBars shows one progress bar per stream on stderr.
+// streamBars shows the progress of one stream after the other on stderr.
 type streamBars struct {
 	name string
-	bar  *progressbar.ProgressBar
+	bar  *progress
 }
 
 func newStreamBars() *streamBars { return &streamBars{} }
 
 func (b *streamBars) update(stream string, done, total uint64) {
 	if stream != b.name {
-		b.finish()
+		b.finish(true) // the streams go one after the other: the last one is done
 		b.name = stream
-		b.bar = progressbar.NewOptions64(int64(max(total, 1)), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(fmt.Sprintf("%-20s", stream)),
-			progressbar.OptionShowBytes(true), progressbar.OptionThrottle(200*time.Millisecond))
+		b.bar = newProgress(os.Stderr, stream, int64(total), "bytes")
 	}
-	_ = b.bar.Set64(int64(min(done, max(total, 1))))
+	b.bar.set(int64(done))
 }
 
-func (b *streamBars) finish() {
+func (b *streamBars) finish(complete bool) {
 	if b.bar != nil {
-		_ = b.bar.Finish()
-		fmt.Fprintln(os.Stderr)
+		b.bar.finish(complete)
 		b.bar = nil
 	}
 }

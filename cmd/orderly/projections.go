@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
-
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/projections"
@@ -40,20 +37,18 @@ func (c *RebuildCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	var bar *progressbar.ProgressBar
+	var bar *progress
 	rep, err := projections.Rebuild(g.ctx, results, evs, results.TTL(), projections.RebuildOptions{
 		DryRun: c.DryRun, MaxDifferences: 20,
 		Progress: func(done, total uint64) {
 			if bar == nil {
-				bar = progressbar.NewOptions64(int64(total), progressbar.OptionSetWriter(os.Stderr),
-					progressbar.OptionSetDescription("events"), progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond))
+				bar = newProgress(os.Stderr, "events", int64(total), "events")
 			}
-			_ = bar.Set64(int64(done))
+			bar.set(int64(done))
 		},
 	})
 	if bar != nil {
-		_ = bar.Finish()
-		fmt.Fprintln(os.Stderr)
+		bar.finish(err == nil)
 	}
 	if err != nil {
 		return err

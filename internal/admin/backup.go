@@ -69,7 +69,7 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (
 		}
 		report, stop := reporter(progress, name)
 		_, err = s.SnapshotToDirectory(ctx, filepath.Join(dir, name), jsm.SnapshotConsumers(), jsm.SnapshotHealthCheck(),
-			jsm.SnapshotNotify(func(p jsm.SnapshotProgress) { report(p.BytesReceived(), p.BytesExpected()) }))
+			jsm.SnapshotNotify(func(p jsm.SnapshotProgress) { report(p.UncompressedBytesReceived(), p.BytesExpected()) }))
 		stop()
 		if err != nil {
 			return m, fmt.Errorf("back up %s: %w", name, err)

@@ -422,7 +422,7 @@ func Progress(w io.Writer, start time.Time, d time.Duration, total int64, count 
 	if byTime {
 		max = d.Milliseconds()
 	}
-	if !isTerminal(w) {
+	if !IsTerminal(w) {
 		return plainProgress(w, start, max, byTime, count, describe)
 	}
 	bar := progressbar.NewOptions64(max,
@@ -472,7 +472,9 @@ func every(interval time.Duration, tick func(now time.Time), last func()) (stop 
 // plainEvery is how often Progress writes a line where w is not a terminal.
 var plainEvery = 5 * time.Second
 
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a terminal (a bar redrawn in place reads
+// well there, and fills a log file with frames anywhere else).
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(interface{ Fd() uintptr })
 	return ok && term.IsTerminal(int(f.Fd()))
 }
