@@ -47,6 +47,13 @@ type Config struct {
 	// request's traceparent when it has one; the span's context travels with
 	// the command (internal/tracing).
 	Tracer trace.Tracer
+	// DecisionDelay, when set, says how long a command stored now may wait
+	// for its decision: the decision lag while the processor pauses for a
+	// burst (ADR 0015), else 0. The Retry-After of a 202, of a 409 for a
+	// pending original and of a pending order says it in whole seconds
+	// (rounded up), and 1 when it is 0, so that polling clients do not ask
+	// again and again while the decisions trail a burst.
+	DecisionDelay func() time.Duration
 }
 
 // DefaultConfig is the configuration of the standalone API.

@@ -398,3 +398,41 @@ func BenchmarkCreateOrderReplay(b *testing.B) {
 		}
 	}
 }
+
+// TestPendingRetryAfterSaysTheDecisionDelay: while decisions trail a burst
+// (DecisionDelay), a pending answer tells the client to come back when its
+// decision may be there, in whole seconds rounded up; a 503 still says 1,
+// and so does a pending answer without a delay.
+func TestPendingRetryAfterSaysTheDecisionDelay(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		delay time.Duration
+		want  string
+	}{{8 * time.Second, "8"}, {7200 * time.Millisecond, "8"}, {10 * time.Minute, "600"}, {time.Second, "1"}, {300 * time.Millisecond, "1"}, {0, "1"}} {
+		cfg := api.DefaultConfig()
+		cfg.DecisionDelay = func() time.Duration { return c.delay }
+		post := func(out app.Outcome, err error) *httptest.ResponseRecorder {
+			return do(handler(t, cfg, &fakeService{outcome: out, err: err}), http.MethodPost, "/v1/orders", order,
+				"Content-Type: application/json", "Idempotency-Key: k")
+		}
+		if w := post(app.Outcome{Kind: app.Accepted, OrderID: "ord_2"}, nil); w.Code != 202 || w.Header().Get("Retry-After") != c.want {
+			t.Errorf("delay %s: 202 with Retry-After %q, want %q", c.delay, w.Header().Get("Retry-After"), c.want)
+		}
+		if w := post(app.Outcome{Kind: app.InProgress, OrderID: "ord_3"}, nil); w.Code != 409 || w.Header().Get("Retry-After") != c.want {
+			t.Errorf("delay %s: 409 with Retry-After %q, want %q", c.delay, w.Header().Get("Retry-After"), c.want)
+		}
+		if w := post(app.Outcome{}, app.ErrUnavailable); w.Code != 503 || w.Header().Get("Retry-After") != "1" {
+			t.Errorf("delay %s: 503 with Retry-After %q, want 1", c.delay, w.Header().Get("Retry-After"))
+		}
+		get := do(handler(t, cfg, &fakeService{order: idempotency.Order{Status: idempotency.StatusPending, Body: []byte(`{"status":"pending"}`)}}),
+			http.MethodGet, "/v1/orders/ord_1", "")
+		if get.Code != 200 || get.Header().Get("Retry-After") != c.want {
+			t.Errorf("delay %s: pending order with Retry-After %q, want %q", c.delay, get.Header().Get("Retry-After"), c.want)
+		}
+		created := do(handler(t, cfg, &fakeService{order: idempotency.Order{Status: idempotency.StatusCreated, Body: []byte(`{"status":"created"}`)}}),
+			http.MethodGet, "/v1/orders/ord_1", "")
+		if created.Header().Get("Retry-After") != "" {
+			t.Errorf("delay %s: a created order with Retry-After %q", c.delay, created.Header().Get("Retry-After"))
+		}
+	}
+}

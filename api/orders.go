@@ -19,8 +19,22 @@ import (
 	"github.com/orderly-dev/orderly/internal/problem"
 )
 
-// retryAfter is the Retry-After of 202, 409 and 503, in seconds.
+// retryAfter is the Retry-After of a 503, in seconds, and of a pending
+// order when its decision is not delayed (pendingRetryAfter).
 const retryAfter = "1"
+
+// pendingRetryAfter is the Retry-After of a pending order (202, 409 for a
+// pending original, GET): when its decision may come, in whole seconds.
+func (h *handlers) pendingRetryAfter() string {
+	if h.cfg.DecisionDelay == nil {
+		return retryAfter
+	}
+	d := h.cfg.DecisionDelay()
+	if d <= time.Second {
+		return retryAfter
+	}
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+}
 
 // createOrder is POST /v1/orders.
 func (h *handlers) createOrder(c *gin.Context) {
@@ -90,11 +104,11 @@ func (h *handlers) createOrder(c *gin.Context) {
 		writeResult(c, out.Record, out.Replayed)
 	case app.Accepted:
 		c.Header("Location", idempotency.OrderPath(out.OrderID))
-		c.Header("Retry-After", retryAfter)
+		c.Header("Retry-After", h.pendingRetryAfter())
 		c.Data(http.StatusAccepted, "application/json", pendingBody(out.OrderID))
 	case app.InProgress:
 		c.Header("Location", idempotency.OrderPath(out.OrderID))
-		c.Header("Retry-After", retryAfter)
+		c.Header("Retry-After", h.pendingRetryAfter())
 		p := problem.New(http.StatusConflict, problem.CodeKeyInUse, "Idempotency key in use",
 			"a request with this idempotency key is still being processed; retry later, or send Prefer: wait=N to wait for it")
 		p.OrderID = out.OrderID
@@ -251,7 +265,7 @@ func (h *handlers) getOrder(c *gin.Context) {
 		return
 	}
 	if v.Status == idempotency.StatusPending {
-		c.Header("Retry-After", retryAfter)
+		c.Header("Retry-After", h.pendingRetryAfter())
 	}
 	c.Data(http.StatusOK, "application/json", v.Body)
 }

@@ -130,6 +130,8 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 // yield waits while y says the pipeline should and the intake grows (Yield),
 // looking at each tick, at least one; false after stop.
 func (s *subscriber) yield(y *Yield, last lastTaken, stop <-chan struct{}, tick <-chan time.Time) bool {
+	y.paused.Add(1)
+	defer y.paused.Add(-1)
 	in := y.Intake()
 	for since := time.Now(); ; {
 		select {

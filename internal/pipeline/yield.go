@@ -1,6 +1,9 @@
 package pipeline
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Yield lets a pipeline's handling trail its stream by up to Lag while the
 // pipeline is behind, something fills the stream and nobody waits for the
@@ -24,7 +27,14 @@ type Yield struct {
 	// Intake counts what this process has put into the stream; a pause ends
 	// when it has not grown for a tick (yieldTick). Nil: never yields.
 	Intake func() uint64
+
+	paused atomic.Int32 // pauses going on now
 }
+
+// Paused says whether the pipeline is pausing now: what comes into its
+// stream now waits up to about Lag for its handling, where it is handled
+// at once otherwise. Nil: never.
+func (y *Yield) Paused() bool { return y != nil && y.paused.Load() > 0 }
 
 // behind is how many pending messages make a pipeline behind. Under a 10 s
 // async load on two cores the processor, when it keeps pace, leaves fewer

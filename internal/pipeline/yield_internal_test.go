@@ -43,18 +43,24 @@ func TestYieldDue(t *testing.T) {
 	}
 }
 
+// pausing is a subscriber with its metrics, and a yield of an hour's lag
+// whose intake grows at every look: its pause goes on until it is stopped.
+func pausing(t *testing.T) (*subscriber, *metrics, *Yield) {
+	t.Helper()
+	m, err := newMetrics(prometheus.NewRegistry(), "processor", func() float64 { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in atomic.Uint64
+	return &subscriber{p: &Pipeline{m: m}}, m, &Yield{Lag: time.Hour, Intake: func() uint64 { return in.Add(1) }}
+}
+
 // TestYieldCountsFromTheClock: a tick received late carries the time it was
 // due, which can be before the pause began; the time paused is counted from
 // the clock, so the counter never goes back (a panic that stopped orderly
 // serve in a 60 s load when it was counted from the ticks).
 func TestYieldCountsFromTheClock(t *testing.T) {
-	m, err := newMetrics(prometheus.NewRegistry(), "processor", func() float64 { return 0 })
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &subscriber{p: &Pipeline{m: m}}
-	var in atomic.Uint64
-	y := &Yield{Lag: time.Hour, Intake: func() uint64 { return in.Add(1) }} // orders keep coming in
+	s, m, y := pausing(t)
 	last := lastTaken{pending: 500, stored: time.Now()}
 	tick := make(chan time.Time)
 	stop := make(chan struct{})
@@ -77,5 +83,27 @@ func TestYieldCountsFromTheClock(t *testing.T) {
 	tick <- time.Now()
 	if !<-done {
 		t.Fatal("yield with an idle intake did not end")
+	}
+}
+
+// TestYieldSaysWhilePaused: Paused is true while a pause goes on (what the
+// API's Retry-After reads), and false before and after it.
+func TestYieldSaysWhilePaused(t *testing.T) {
+	s, _, y := pausing(t)
+	if y.Paused() || (*Yield)(nil).Paused() {
+		t.Fatal("paused before any pause")
+	}
+	tick := make(chan time.Time)
+	stop := make(chan struct{})
+	done := make(chan bool)
+	go func() { done <- s.yield(y, lastTaken{pending: 500, stored: time.Now()}, stop, tick) }()
+	tick <- time.Now() // taken: the pause has begun, and goes on (the intake grows)
+	if !y.Paused() {
+		t.Fatal("not paused during a pause")
+	}
+	close(stop)
+	<-done
+	if y.Paused() {
+		t.Fatal("paused after the pause ended")
 	}
 }

@@ -142,18 +142,39 @@ func TestDecisionLagYieldsUntilSomeoneWaits(t *testing.T) {
 		t.Fatalf("yielded %v s while behind", y)
 	}
 
+	// While it pauses, pending answers tell clients to come back when the
+	// decision may be there: the lag (600 s), not 1 s. The pause ends
+	// between two groups for a moment, hence a few tries.
+	paused, tries := false, 0
+	for ; tries < 20 && !paused; tries++ {
+		a := inst.PostOrder(t, "lag-wait-async-"+strconv.Itoa(tries), orderlytest.Order("c-async"), "Prefer: respond-async")
+		if a.Status != http.StatusAccepted {
+			t.Fatalf("async POST: %d %s", a.Status, a.Body)
+		}
+		g := orderlytest.Do(t, http.MethodGet, inst.URL+a.Header.Get("Location"), nil)
+		paused = a.Header.Get("Retry-After") == "600" && g.Header.Get("Retry-After") == "600"
+	}
+	if !paused {
+		t.Fatal("no 202 and pending order with Retry-After: 600 (the lag) while the processor paused")
+	}
+
 	start := time.Now()
 	r := inst.PostOrder(t, "lag-wait-sync", orderlytest.Order("c-sync"), "Prefer: wait=20")
 	loaded := stop()
 	if r.Status != http.StatusCreated {
 		t.Fatalf("sync POST behind a yielding processor: %d %s after %s, want 201 (a waiting request must end the pause)", r.Status, r.Body, time.Since(start))
 	}
-	allDecided(t, js, n+loaded+1)
+	allDecided(t, js, n+loaded+1+tries)
 	counts := orderlytest.CreatedByKey(t, js)
 	everyKeyOnce(t, counts, "lag-wait-", n)
 	everyKeyOnce(t, counts, "lag-wait-load-", loaded)
-	if len(counts) != n+loaded+1 {
-		t.Fatalf("%d keys with orders, want %d", len(counts), n+loaded+1)
+	everyKeyOnce(t, counts, "lag-wait-async-", tries)
+	if len(counts) != n+loaded+1+tries {
+		t.Fatalf("%d keys with orders, want %d", len(counts), n+loaded+1+tries)
+	}
+	// Nothing behind: an order is decided at once, and its 202 says so.
+	if a := inst.PostOrder(t, "lag-wait-after", orderlytest.Order("c-async"), "Prefer: respond-async"); a.Status != http.StatusAccepted || a.Header.Get("Retry-After") != "1" {
+		t.Fatalf("async POST with nothing behind: %d, Retry-After %q, want 202 with 1", a.Status, a.Header.Get("Retry-After"))
 	}
 }
 

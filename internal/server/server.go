@@ -326,6 +326,7 @@ type Server struct {
 	nc        *nats.Conn
 	hub       *hub.Hub
 	intake    atomic.Pointer[intake] // the API, for the processor's yield (set after the processor starts)
+	yield     *pipeline.Yield        // the processor's, with --decision-lag: the API's Retry-After reads it
 	durable   *durable.Syncer        // with --fsync group: the answers' group commit
 	svc       *app.Service
 	http      *http.Server
@@ -734,6 +735,7 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 				return 0
 			},
 		}
+		s.yield = pcfg.Yield
 	}
 	return s.run(ctx, js, pcfg, pipeline.Handler{
 		// The commands that arrived together (or one), their claims and
@@ -843,6 +845,16 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 	}
 	apiCfg := s.cfg.API
 	apiCfg.Tracer = s.tracer
+	if y := s.yield; y != nil {
+		// While the processor pauses, what is stored now may wait up to the
+		// lag for its decision: pending answers say so (Retry-After).
+		apiCfg.DecisionDelay = func() time.Duration {
+			if y.Paused() {
+				return y.Lag
+			}
+			return 0
+		}
+	}
 	handler, err := api.NewHandler(apiCfg, svc, opsHandler, s.registry, s.logger)
 	if err != nil {
 		return err
