@@ -435,4 +435,19 @@ func TestPendingRetryAfterSaysTheDecisionDelay(t *testing.T) {
 			t.Errorf("delay %s: a created order with Retry-After %q", c.delay, created.Header().Get("Retry-After"))
 		}
 	}
+
+	// A pending order accepted a while ago may wait only for the rest of
+	// the delay.
+	cfg := api.DefaultConfig()
+	cfg.DecisionDelay = func() time.Duration { return 8 * time.Second }
+	for _, c := range []struct {
+		age  time.Duration
+		want string
+	}{{5500 * time.Millisecond, "3"}, {7500 * time.Millisecond, "1"}, {time.Minute, "1"}, {-2 * time.Second, "8"}} {
+		pending := idempotency.Order{Status: idempotency.StatusPending, Body: []byte(`{"status":"pending"}`), AcceptedAt: time.Now().Add(-c.age)}
+		get := do(handler(t, cfg, &fakeService{order: pending}), http.MethodGet, "/v1/orders/ord_1", "")
+		if get.Header().Get("Retry-After") != c.want {
+			t.Errorf("accepted %s ago, a delay of 8s: Retry-After %q, want %q", c.age, get.Header().Get("Retry-After"), c.want)
+		}
+	}
 }

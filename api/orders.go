@@ -25,11 +25,16 @@ const retryAfter = "1"
 
 // pendingRetryAfter is the Retry-After of a pending order (202, 409 for a
 // pending original, GET): when its decision may come, in whole seconds.
-func (h *handlers) pendingRetryAfter() string {
+// accepted is when the order was accepted; zero for one accepted just now,
+// or when it is not known (the whole delay then).
+func (h *handlers) pendingRetryAfter(accepted time.Time) string {
 	if h.cfg.DecisionDelay == nil {
 		return retryAfter
 	}
 	d := h.cfg.DecisionDelay()
+	if d > 0 && !accepted.IsZero() {
+		d -= max(0, time.Since(accepted)) // accepted "later" (another clock): the whole delay
+	}
 	if d <= time.Second {
 		return retryAfter
 	}
@@ -104,11 +109,11 @@ func (h *handlers) createOrder(c *gin.Context) {
 		writeResult(c, out.Record, out.Replayed)
 	case app.Accepted:
 		c.Header("Location", idempotency.OrderPath(out.OrderID))
-		c.Header("Retry-After", h.pendingRetryAfter())
+		c.Header("Retry-After", h.pendingRetryAfter(time.Time{}))
 		c.Data(http.StatusAccepted, "application/json", pendingBody(out.OrderID))
 	case app.InProgress:
 		c.Header("Location", idempotency.OrderPath(out.OrderID))
-		c.Header("Retry-After", h.pendingRetryAfter())
+		c.Header("Retry-After", h.pendingRetryAfter(time.Time{}))
 		p := problem.New(http.StatusConflict, problem.CodeKeyInUse, "Idempotency key in use",
 			"a request with this idempotency key is still being processed; retry later, or send Prefer: wait=N to wait for it")
 		p.OrderID = out.OrderID
@@ -265,7 +270,7 @@ func (h *handlers) getOrder(c *gin.Context) {
 		return
 	}
 	if v.Status == idempotency.StatusPending {
-		c.Header("Retry-After", h.pendingRetryAfter())
+		c.Header("Retry-After", h.pendingRetryAfter(v.AcceptedAt))
 	}
 	c.Data(http.StatusOK, "application/json", v.Body)
 }

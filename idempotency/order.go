@@ -31,6 +31,9 @@ type Order struct {
 	Status OrderStatus
 	// Body is the JSON representation of the order.
 	Body []byte
+	// AcceptedAt is when a pending order was accepted (zero for the others):
+	// how long its decision may still take follows from it.
+	AcceptedAt time.Time
 }
 
 // OrderView is the JSON representation of an order (GET /v1/orders/{id} and the
@@ -87,7 +90,7 @@ func PendingOrder(cmd events.CreateOrder, orderID string) Order {
 		Items:      cmd.Request.Items,
 		Total:      sumOrNil(cmd.Request),
 		AcceptedAt: cmd.AcceptedAt.UTC(),
-	})}
+	}), AcceptedAt: cmd.AcceptedAt}
 }
 
 // CreatedOrder renders a created order.
