@@ -24,6 +24,9 @@ type BenchCmd struct {
 	PayloadSize int           `name:"payload-size" default:"500" help:"Approximate size of each order body in bytes."`
 	Mix         string        `name:"mix" default:"new:100" help:"Request kinds in percent: new (fresh key), replay (key of a finished order), dup (the key another connection just sent). Example: new:80,replay:15,dup:5."`
 	Async       bool          `name:"async" help:"Send Prefer: respond-async (answer 202 once stored)."`
+	Poll        bool          `name:"poll" help:"Make each connection a client that follows its 202s: it GETs a pending order once the answer's Retry-After has passed (before its next POST) until it sees the order decided, and after the run polls what is still pending (up to --poll-drain). Reports the polls per order and when the clients saw their orders decided."`
+	PollEvery   time.Duration `name:"poll-every" default:"0s" help:"With --poll: poll at this interval whatever Retry-After says (a client that ignores it); 0: honour Retry-After."`
+	PollDrain   time.Duration `name:"poll-drain" default:"60s" help:"With --poll: how long to go on polling after the run."`
 	ReplayKeys  int           `name:"replay-keys" default:"2000" help:"Orders created before the run for the replays."`
 	Token       string        `name:"token" env:"ORDERLY_BENCH_TOKEN" help:"Bearer token, when the API has tokens configured."`
 	JSON        bool          `name:"json" help:"Print the results as JSON on stdout (progress still goes to stderr)."`
@@ -46,7 +49,7 @@ func (c *BenchCmd) Run(g *globals) error {
 	cfg := bench.Config{
 		URL: strings.TrimRight(c.URL, "/"), Connections: c.Connections, Duration: c.Duration, Requests: c.Requests,
 		Warmup: c.Warmup, PayloadSize: c.PayloadSize, Mix: mix, Async: c.Async, ReplayKeys: c.ReplayKeys,
-		Token: c.Token, Progress: os.Stderr,
+		Poll: c.Poll, PollEvery: c.PollEvery, PollDrain: c.PollDrain, Token: c.Token, Progress: os.Stderr,
 	}
 	if c.Requests > 0 && c.Duration == 10*time.Second {
 		cfg.Duration = 0 // --requests alone: run until that many

@@ -6,6 +6,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,6 +84,17 @@ type Config struct {
 	Mix Mix
 	// Async sends Prefer: respond-async.
 	Async bool
+	// Poll makes each connection a client that follows its pending orders:
+	// once a 202's Retry-After (or PollEvery) has passed, it GETs the order
+	// before its next POST, until it sees the order decided; after the run
+	// it polls what is still pending, for up to PollDrain. Result.Polls
+	// says what the clients saw.
+	Poll bool
+	// PollEvery, when > 0, polls at this interval whatever Retry-After says
+	// (a client that ignores it).
+	PollEvery time.Duration
+	// PollDrain bounds the polling after the run (default 60s).
+	PollDrain time.Duration
 	// ReplayKeys is how many orders are created before the run for replays.
 	ReplayKeys int
 	// Token is sent as Authorization: Bearer when not empty.
@@ -106,6 +118,9 @@ func (c Config) Validate() error {
 	if c.PayloadSize < 100 || c.PayloadSize > 60000 {
 		errs = append(errs, errors.New("payload size must be 100 to 60000 bytes"))
 	}
+	if c.PollEvery < 0 || c.PollDrain < 0 {
+		errs = append(errs, errors.New("poll interval and poll drain must not be negative"))
+	}
 	if c.Mix.Replay > 0 && c.ReplayKeys < 1 {
 		errs = append(errs, errors.New("replays need at least one replay key"))
 	}
@@ -127,8 +142,27 @@ type Result struct {
 	// microseconds (from its process_cpu_seconds_total; 0 when it has none).
 	// Steadier than throughput on a shared machine, and it counts the work done
 	// in the background (processing) during the run too.
-	ServerCPUPerRequest float64         `json:"server_cpu_us_per_request,omitempty"`
-	samples             []time.Duration `json:"-"`
+	ServerCPUPerRequest float64 `json:"server_cpu_us_per_request,omitempty"`
+	// Polls is what the polling clients saw (Config.Poll).
+	Polls   *PollResult     `json:"polls,omitempty"`
+	samples []time.Duration `json:"-"`
+}
+
+// PollResult is what clients that poll their pending orders saw.
+type PollResult struct {
+	// Orders is how many 202s were followed; Decided how many of them the
+	// clients saw decided (the rest were still pending when the polling
+	// after the run ended).
+	Orders  int `json:"orders"`
+	Decided int `json:"decided"`
+	// Polls is the GETs sent, during the run and after it; PerOrder per
+	// order followed.
+	Polls    int     `json:"polls"`
+	PerOrder float64 `json:"polls_per_order"`
+	// SeenDecided is the time from a 202 to the GET that saw its order
+	// decided: when a polling client learns the outcome.
+	SeenDecided Percentiles `json:"seen_decided_ms"`
+	Errors      int         `json:"errors"`
 }
 
 // Percentiles of latency, in milliseconds.
@@ -174,6 +208,7 @@ func NewClient(conns int) *http.Client {
 }
 
 type run struct {
+	parent  context.Context // the run's, beyond the load's deadline
 	cfg     Config
 	client  *http.Client
 	body    []byte
@@ -190,6 +225,7 @@ func Run(ctx context.Context, name string, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	r := &run{
+		parent: ctx,
 		cfg:    cfg,
 		client: NewClient(cfg.Connections),
 		body:   Body(cfg.PayloadSize),
@@ -209,7 +245,7 @@ func Run(ctx context.Context, name string, cfg Config) (Result, error) {
 	}
 	if cfg.Warmup > 0 {
 		wctx, cancel := context.WithTimeout(ctx, cfg.Warmup)
-		r.load(wctx, 0, nil)
+		r.load(wctx, 0, nil, false)
 		cancel()
 	}
 	lctx := ctx
@@ -219,7 +255,7 @@ func Run(ctx context.Context, name string, cfg Config) (Result, error) {
 		defer cancel()
 	}
 	cpu0 := r.serverCPU(ctx)
-	res := r.load(lctx, cfg.Requests, cfg.Progress)
+	res := r.load(lctx, cfg.Requests, cfg.Progress, true)
 	res.Name = name
 	if cpu1 := r.serverCPU(ctx); cpu0 > 0 && cpu1 > cpu0 && res.Requests > 0 {
 		res.ServerCPUPerRequest = (cpu1 - cpu0) / float64(res.Requests) * 1e6
@@ -269,7 +305,7 @@ func (r *run) prepareReplays(ctx context.Context) error {
 					return
 				}
 				key := r.prefix + "replay-" + strconv.Itoa(i)
-				status, err := r.post(ctx, key, "wait=30")
+				status, _, err := r.post(ctx, key, "wait=30")
 				if err == nil && status != http.StatusCreated {
 					err = fmt.Errorf("preparing replay key %s: status %d (is the processor running?)", key, status)
 				}
@@ -288,11 +324,12 @@ func (r *run) prepareReplays(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// post sends the order body under key with the given Prefer header ("" for none).
-func (r *run) post(ctx context.Context, key, prefer string) (int, error) {
+// post sends the order body under key with the given Prefer header ("" for
+// none), and returns the answer's status and header.
+func (r *run) post(ctx context.Context, key, prefer string) (int, http.Header, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.URL+"/v1/orders", bytes.NewReader(r.body))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
@@ -304,11 +341,11 @@ func (r *run) post(ctx context.Context, key, prefer string) (int, error) {
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, nil
 }
 
 type worker struct {
@@ -317,9 +354,13 @@ type worker struct {
 	kinds    [3]int
 	errors   int
 	firstErr error
+	poll     *poller // with Config.Poll
 }
 
-func (r *run) load(ctx context.Context, budget int, progress io.Writer) Result {
+// load runs the load until ctx ends or budget requests were sent; with
+// Config.Poll, the clients then poll what is still pending, for up to
+// PollDrain, unless drain is false (a warm-up).
+func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bool) Result {
 	workers := make([]*worker, r.cfg.Connections)
 	var issued, done atomic.Int64
 	var wg sync.WaitGroup
@@ -327,20 +368,30 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer) Result {
 	stopProgress := r.progress(progress, &done, start)
 	for i := range workers {
 		w := &worker{status: map[int]int{}}
+		if r.cfg.Poll {
+			w.poll = &poller{every: r.cfg.PollEvery, pollPath: r.get}
+		}
 		workers[i] = w
 		rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
+				if w.poll != nil && w.poll.due(time.Now()) {
+					w.poll.pollNext(ctx) // a client asks about its orders before it sends more
+					continue
+				}
 				if budget > 0 && issued.Add(1) > int64(budget) {
 					return
 				}
 				key, kind := r.nextKey(rng)
 				t0 := time.Now()
-				status, err := r.post(ctx, key, r.prefer)
+				status, header, err := r.post(ctx, key, r.prefer)
 				if ctx.Err() != nil && err != nil {
 					return // the deadline cut this request: not counted
+				}
+				if w.poll != nil && err == nil && status == http.StatusAccepted {
+					w.poll.follow(time.Now(), header)
 				}
 				w.samples = append(w.samples, time.Since(t0))
 				w.kinds[kind]++
@@ -359,6 +410,14 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer) Result {
 	wg.Wait()
 	elapsed := time.Since(start)
 	stopProgress()
+	if r.cfg.Poll && drain {
+		dctx, cancel := context.WithTimeout(r.parent, cmp.Or(r.cfg.PollDrain, 60*time.Second))
+		for _, w := range workers {
+			wg.Go(func() { w.poll.drain(dctx) })
+		}
+		wg.Wait()
+		cancel()
+	}
 
 	res := Result{Status: map[string]int{}, Kinds: map[string]int{}, Seconds: elapsed.Seconds()}
 	for _, w := range workers {
@@ -375,6 +434,13 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer) Result {
 				res.Kinds[[]string{"new", "replay", "dup"}[k]] += n
 			}
 		}
+	}
+	if r.cfg.Poll {
+		ps := make([]*poller, len(workers))
+		for i, w := range workers {
+			ps[i] = w.poll
+		}
+		res.Polls = pollResult(ps)
 	}
 	res.Requests = len(res.samples)
 	res.PerSecond = float64(res.Requests) / elapsed.Seconds()

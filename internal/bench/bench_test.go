@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,4 +168,74 @@ func orderlyStandIn(orders *atomic.Int64) *httptest.Server {
 		orders.Add(1)
 		w.WriteHeader(http.StatusCreated)
 	}))
+}
+
+// pollStandIn accepts every order with 202 and Retry-After: 2, and shows it
+// pending on its first GET (Retry-After: 1), created on the next.
+func pollStandIn(gets *atomic.Int64) *httptest.Server {
+	var seen sync.Map
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/orders":
+			w.Header().Set("Location", "/v1/orders/"+url.PathEscape(r.Header.Get("Idempotency-Key")))
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = w.Write([]byte(`{"id":"x","status":"pending"}`))
+		case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/orders/"):
+			gets.Add(1)
+			if _, again := seen.LoadOrStore(r.URL.Path, true); !again {
+				w.Header().Set("Retry-After", "1")
+				_, _ = w.Write([]byte(`{"id":"x","status":"pending"}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"id":"x","status":"created"}`))
+		}
+	}))
+}
+
+// TestPollingClientsHonourRetryAfter: with Poll, each 202 is followed until
+// its order is seen decided, asking again when Retry-After says (or every
+// PollEvery), the last ones after the run.
+func TestPollingClientsHonourRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		every    time.Duration
+		min, max time.Duration // when an order is seen decided: after two waits
+	}{{0, 3 * time.Second, 4500 * time.Millisecond}, {100 * time.Millisecond, 200 * time.Millisecond, 1500 * time.Millisecond}} {
+		var gets atomic.Int64
+		srv := pollStandIn(&gets)
+		res, err := bench.Run(context.Background(), "t", bench.Config{
+			URL: srv.URL, Connections: 2, Requests: 20, PayloadSize: 500, Mix: bench.Mix{New: 100}, Async: true,
+			Poll: true, PollEvery: c.every,
+		})
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := res.Polls
+		if p == nil || p.Orders != 20 || p.Decided != 20 || p.Polls != 40 || p.PerOrder != 2 || p.Errors != 0 || gets.Load() != 40 {
+			t.Fatalf("every %s: %+v, %d GETs; want 20 orders each polled twice", c.every, p, gets.Load())
+		}
+		seen := time.Duration(p.SeenDecided.P50 * float64(time.Millisecond))
+		if seen < c.min || time.Duration(p.SeenDecided.Max*float64(time.Millisecond)) > c.max {
+			t.Fatalf("every %s: seen decided %+v, want from %s to %s", c.every, p.SeenDecided, c.min, c.max)
+		}
+	}
+}
+
+// TestPollingClientsAgainstOrderly: against a real orderly, every 202 the
+// clients follow is seen decided.
+func TestPollingClientsAgainstOrderly(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	res, err := bench.Run(context.Background(), "t", bench.Config{
+		URL: inst.URL, Connections: 4, Requests: 200, PayloadSize: 500, Mix: bench.Mix{New: 100}, Async: true, Poll: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := res.Polls
+	if res.Status["202"] != 200 || p == nil || p.Orders != 200 || p.Decided != 200 || p.Polls < 200 || p.Errors != 0 {
+		t.Fatalf("%+v %+v", res, p)
+	}
 }

@@ -190,6 +190,17 @@ func (rep Report) Print(w io.Writer) {
 			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, cpu, r.Requests, r.Errors, strings.Join(st, " "))
 	}
 	tw.Flush()
+	for _, r := range rep.Results {
+		if p := r.Polls; p != nil {
+			fmt.Fprintf(w, "\n%s, its clients polling their 202s: %d orders followed, %d polls (%.2f an order), %d errors;\n"+
+				"  seen decided %d of them, %.0f ms after the 202 at the median, p99 %.0f ms, max %.0f ms",
+				r.Name, p.Orders, p.Polls, p.PerOrder, p.Errors, p.Decided, p.SeenDecided.P50, p.SeenDecided.P99, p.SeenDecided.Max)
+			if left := p.Orders - p.Decided; left > 0 {
+				fmt.Fprintf(w, "; %d still pending when the polling after the run ended", left)
+			}
+			fmt.Fprintln(w)
+		}
+	}
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintln(w)
 		keys := make([]string, 0, len(rep.Ratios))
