@@ -121,6 +121,9 @@ func (c Config) Validate() error {
 	if c.PollEvery < 0 || c.PollDrain < 0 {
 		errs = append(errs, errors.New("poll interval and poll drain must not be negative"))
 	}
+	if c.PollEvery > 0 && !c.Poll {
+		errs = append(errs, errors.New("a poll interval needs polling clients (--poll)"))
+	}
 	if c.Mix.Replay > 0 && c.ReplayKeys < 1 {
 		errs = append(errs, errors.New("replays need at least one replay key"))
 	}

@@ -239,3 +239,29 @@ func TestPollingClientsAgainstOrderly(t *testing.T) {
 		t.Fatalf("%+v %+v", res, p)
 	}
 }
+
+// TestPollConfigIsChecked: a poll interval without polling clients, or a
+// negative one, is refused with a reason.
+func TestPollConfigIsChecked(t *testing.T) {
+	t.Parallel()
+	ok := bench.Config{URL: "http://127.0.0.1:1", Connections: 1, Duration: time.Second, PayloadSize: 500, Mix: bench.Mix{New: 100}}
+	for _, c := range []struct {
+		name string
+		edit func(*bench.Config)
+		want string
+	}{
+		{"interval without --poll", func(c *bench.Config) { c.PollEvery = time.Second }, "needs polling clients (--poll)"},
+		{"negative interval", func(c *bench.Config) { c.Poll, c.PollEvery = true, -time.Second }, "must not be negative"},
+		{"negative drain", func(c *bench.Config) { c.Poll, c.PollDrain = true, -time.Second }, "must not be negative"},
+	} {
+		cfg := ok
+		c.edit(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	ok.Poll, ok.PollEvery = true, time.Second
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("polling every second: %v", err)
+	}
+}
