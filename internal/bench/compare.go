@@ -162,7 +162,8 @@ func runCeiling(ctx context.Context, cfg CompareConfig, round, rounds int) (Resu
 	}
 	load := cfg.Load
 	load.URL = strings.TrimSpace(line)
-	load.Mix = Mix{New: 100} // the ceiling has no state: every request is new work
+	load.Mix = Mix{New: 100}             // the ceiling has no state: every request is new work
+	load.Poll, load.PollEvery = false, 0 // nor any order to poll
 	name := "gin ceiling (no NATS)"
 	if rounds > 1 {
 		name = fmt.Sprintf("%s #%d", name, round)
