@@ -372,7 +372,7 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 	for i := range workers {
 		w := &worker{status: map[int]int{}}
 		if r.cfg.Poll {
-			w.poll = &poller{every: r.cfg.PollEvery, pollPath: r.get}
+			w.poll = &poller{every: r.cfg.PollEvery, get: r.get}
 		}
 		workers[i] = w
 		rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))

@@ -33,13 +33,13 @@ func (p *pendingOrders) Pop() any {
 
 // poller is one client's polling state and what it saw.
 type poller struct {
-	pending  pendingOrders
-	orders   int
-	polls    int
-	errors   int
-	decided  []time.Duration
-	every    time.Duration // Config.PollEvery
-	pollPath func(ctx context.Context, loc string) (status int, header http.Header, body []byte, err error)
+	pending pendingOrders
+	orders  int
+	polls   int
+	errors  int
+	decided []time.Duration
+	every   time.Duration // Config.PollEvery
+	get     func(ctx context.Context, loc string) (status int, header http.Header, body []byte, err error)
 }
 
 // follow starts following an accepted order whose 202 came at now with
@@ -73,7 +73,7 @@ func (p *poller) due(now time.Time) bool {
 // pending, it is asked again after the answer's Retry-After.
 func (p *poller) pollNext(ctx context.Context) {
 	o := heap.Pop(&p.pending).(pendingOrder)
-	status, h, body, err := p.pollPath(ctx, o.loc)
+	status, h, body, err := p.get(ctx, o.loc)
 	if ctx.Err() != nil && err != nil {
 		heap.Push(&p.pending, o) // cut by the deadline: not an answer
 		return
