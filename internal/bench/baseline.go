@@ -130,6 +130,7 @@ func PublishRate(ctx context.Context, cfg PublishConfig) (Result, error) {
 	var seq atomic.Int64
 	var wg sync.WaitGroup
 	workers := make([]*worker, cfg.Connections)
+	m0, machine := cpuTimes()
 	start := time.Now()
 	for i := range workers {
 		w := &worker{status: map[int]int{}}
@@ -160,6 +161,9 @@ func PublishRate(ctx context.Context, cfg PublishConfig) (Result, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	res := Result{Name: "jetstream sync publish", Status: map[string]int{}, Seconds: elapsed.Seconds()}
+	if m1, ok := cpuTimes(); machine && ok {
+		res.Machine = machineCPU(m0, m1)
+	}
 	for _, w := range workers {
 		res.samples = append(res.samples, w.samples...)
 		res.Errors += w.errors

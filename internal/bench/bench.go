@@ -146,6 +146,10 @@ type Result struct {
 	// Steadier than throughput on a shared machine, and it counts the work done
 	// in the background (processing) during the run too.
 	ServerCPUPerRequest float64 `json:"server_cpu_us_per_request,omitempty"`
+	// Machine is how the whole machine's CPU time was spent during the run
+	// (nil where the OS does not say): with steal, the rate says as much about
+	// the host's other tenants as about the target.
+	Machine *MachineCPU `json:"machine_cpu,omitempty"`
 	// Polls is what the polling clients saw (Config.Poll).
 	Polls   *PollResult     `json:"polls,omitempty"`
 	samples []time.Duration `json:"-"`
@@ -367,6 +371,7 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 	workers := make([]*worker, r.cfg.Connections)
 	var issued, done atomic.Int64
 	var wg sync.WaitGroup
+	m0, machine := cpuTimes()
 	start := time.Now()
 	stopProgress := r.progress(progress, &done, start)
 	for i := range workers {
@@ -412,6 +417,10 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	var cpu *MachineCPU
+	if m1, ok := cpuTimes(); machine && ok {
+		cpu = machineCPU(m0, m1) // the load only, not the polling after it
+	}
 	stopProgress()
 	if r.cfg.Poll && drain {
 		dctx, cancel := context.WithTimeout(r.parent, cmp.Or(r.cfg.PollDrain, 60*time.Second))
@@ -422,7 +431,7 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 		cancel()
 	}
 
-	res := Result{Status: map[string]int{}, Kinds: map[string]int{}, Seconds: elapsed.Seconds()}
+	res := Result{Status: map[string]int{}, Kinds: map[string]int{}, Seconds: elapsed.Seconds(), Machine: cpu}
 	for _, w := range workers {
 		res.samples = append(res.samples, w.samples...)
 		res.Errors += w.errors

@@ -108,12 +108,25 @@ func Compare(ctx context.Context, cfg CompareConfig) (Report, error) {
 			rep.Ratios["orderly / gin ceiling"] += fmt.Sprintf(", medians of %d rounds", rounds)
 		}
 	}
-	for _, r := range rep.Results {
+	rep.Warnings = append(rep.Warnings, warnings(rep.Results)...)
+	return rep, nil
+}
+
+// warnings are what makes results doubtful: errors, and a hypervisor
+// that took a share of the machine (StealWarning).
+func warnings(rs []Result) []string {
+	var ws []string
+	for _, r := range rs {
 		if r.Errors > 0 {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s: %d errors, first: %s", r.Name, r.Errors, r.FirstErr))
+			ws = append(ws, fmt.Sprintf("%s: %d errors, first: %s", r.Name, r.Errors, r.FirstErr))
+		}
+		if m := r.Machine; m != nil && m.Steal >= StealWarning {
+			ws = append(ws, fmt.Sprintf("%s: the hypervisor took %.0f%% of this machine's CPU time (steal) during the run; "+
+				"its rate says as much about the host's other guests as about the target, and ratios to runs that had the machine to themselves mean little",
+				r.Name, 100*m.Steal))
 		}
 	}
-	return rep, nil
+	return ws
 }
 
 func medianRate(rs []Result) float64 {
@@ -176,7 +189,7 @@ func runCeiling(ctx context.Context, cfg CompareConfig, round, rounds int) (Resu
 func (rep Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\n%s\n%s, %s\n\n", rep.Command, rep.Machine, rep.Date)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\treq/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\tserver CPU µs/req\trequests\terrors\tstatus\t")
+	fmt.Fprintln(tw, "target\treq/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\tserver CPU µs/req\tmachine busy/idle/steal %\trequests\terrors\tstatus\t")
 	for _, r := range rep.Results {
 		var st []string
 		for k, v := range r.Status {
@@ -187,8 +200,8 @@ func (rep Report) Print(w io.Writer) {
 		if r.ServerCPUPerRequest > 0 {
 			cpu = fmt.Sprintf("%.0f", r.ServerCPUPerRequest)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t%d\t%s\t\n", r.Name, r.PerSecond,
-			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, cpu, r.Requests, r.Errors, strings.Join(st, " "))
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%d\t%d\t%s\t\n", r.Name, r.PerSecond,
+			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, cpu, r.Machine, r.Requests, r.Errors, strings.Join(st, " "))
 	}
 	tw.Flush()
 	for _, r := range rep.Results {
