@@ -162,7 +162,7 @@ func PublishRate(ctx context.Context, cfg PublishConfig) (Result, error) {
 	elapsed := time.Since(start)
 	res := Result{Name: "jetstream sync publish", Status: map[string]int{}, Seconds: elapsed.Seconds()}
 	if m1, ok := cpuTimes(); machine && ok {
-		res.Machine = machineCPU(m0, m1)
+		res.MachineCPU = machineCPU(m0, m1)
 	}
 	for _, w := range workers {
 		res.samples = append(res.samples, w.samples...)

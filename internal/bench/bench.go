@@ -146,10 +146,10 @@ type Result struct {
 	// Steadier than throughput on a shared machine, and it counts the work done
 	// in the background (processing) during the run too.
 	ServerCPUPerRequest float64 `json:"server_cpu_us_per_request,omitempty"`
-	// Machine is how the whole machine's CPU time was spent during the run
+	// MachineCPU is how the whole machine's CPU time was spent during the run
 	// (nil where the OS does not say): with steal, the rate says as much about
-	// the host's other tenants as about the target.
-	Machine *MachineCPU `json:"machine_cpu,omitempty"`
+	// the host's other guests as about the target.
+	MachineCPU *MachineCPU `json:"machine_cpu,omitempty"`
 	// Polls is what the polling clients saw (Config.Poll).
 	Polls   *PollResult     `json:"polls,omitempty"`
 	samples []time.Duration `json:"-"`
@@ -431,7 +431,7 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 		cancel()
 	}
 
-	res := Result{Status: map[string]int{}, Kinds: map[string]int{}, Seconds: elapsed.Seconds(), Machine: cpu}
+	res := Result{Status: map[string]int{}, Kinds: map[string]int{}, Seconds: elapsed.Seconds(), MachineCPU: cpu}
 	for _, w := range workers {
 		res.samples = append(res.samples, w.samples...)
 		res.Errors += w.errors

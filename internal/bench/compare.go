@@ -120,7 +120,7 @@ func warnings(rs []Result) []string {
 		if r.Errors > 0 {
 			ws = append(ws, fmt.Sprintf("%s: %d errors, first: %s", r.Name, r.Errors, r.FirstErr))
 		}
-		if m := r.Machine; m != nil && m.Steal >= StealWarning {
+		if m := r.MachineCPU; m != nil && m.Steal >= StealWarning {
 			ws = append(ws, fmt.Sprintf("%s: the hypervisor took %.0f%% of this machine's CPU time (steal) during the run; "+
 				"its rate says as much about the host's other guests as about the target, and ratios to runs that had the machine to themselves mean little",
 				r.Name, 100*m.Steal))
@@ -201,7 +201,7 @@ func (rep Report) Print(w io.Writer) {
 			cpu = fmt.Sprintf("%.0f", r.ServerCPUPerRequest)
 		}
 		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%d\t%d\t%s\t\n", r.Name, r.PerSecond,
-			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, cpu, r.Machine, r.Requests, r.Errors, strings.Join(st, " "))
+			r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max, cpu, r.MachineCPU, r.Requests, r.Errors, strings.Join(st, " "))
 	}
 	tw.Flush()
 	for _, r := range rep.Results {

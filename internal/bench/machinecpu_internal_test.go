@@ -39,8 +39,8 @@ func TestMachineCPUShares(t *testing.T) {
 func TestStealIsWarned(t *testing.T) {
 	t.Parallel()
 	rep := Report{Results: []Result{
-		{Name: "stolen", Machine: &MachineCPU{Busy: 0.43, Idle: 0.1, Steal: 0.47}},
-		{Name: "calm", Machine: &MachineCPU{Busy: 0.9, Idle: 0.05, Steal: 0.05}},
+		{Name: "stolen", MachineCPU: &MachineCPU{Busy: 0.43, Idle: 0.1, Steal: 0.47}},
+		{Name: "calm", MachineCPU: &MachineCPU{Busy: 0.9, Idle: 0.05, Steal: 0.05}},
 		{Name: "unknown"},
 	}}
 	rep.Warnings = warnings(rep.Results)
@@ -69,7 +69,7 @@ func TestRunReadsTheMachinesCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := res.Machine
+	m := res.MachineCPU
 	if m == nil || m.Busy <= 0 || m.Idle < 0 || m.Steal < 0 || !near(m.Busy+m.Idle+m.Steal, 1) {
 		t.Fatalf("machine CPU %+v after %d requests", m, res.Requests)
 	}
