@@ -34,7 +34,7 @@ type BenchCmd struct {
 	ToolNATS
 	Waiters int           `name:"waiters" help:"Instead of load: hold this many long polls (GET ?wait=) on one pending order and report what they cost the server (memory, goroutines) from its /metrics. Run the server with --roles api,projector so the order stays pending."`
 	Hold    time.Duration `name:"hold" default:"30s" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait)."`
-	Rounds  int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy)."`
+	Rounds  int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy); warns when the ceiling's rounds are 20% or more apart."`
 }
 
 // Run runs the benchmark.
