@@ -130,7 +130,7 @@ func PublishRate(ctx context.Context, cfg PublishConfig) (Result, error) {
 	var seq atomic.Int64
 	var wg sync.WaitGroup
 	workers := make([]*worker, cfg.Connections)
-	m0, machine := cpuTimes()
+	machine := measureMachineCPU()
 	start := time.Now()
 	for i := range workers {
 		w := &worker{status: map[int]int{}}
@@ -160,10 +160,7 @@ func PublishRate(ctx context.Context, cfg PublishConfig) (Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	res := Result{Name: "jetstream sync publish", Status: map[string]int{}, Seconds: elapsed.Seconds()}
-	if m1, ok := cpuTimes(); machine && ok {
-		res.MachineCPU = machineCPU(m0, m1)
-	}
+	res := Result{Name: "jetstream sync publish", Status: map[string]int{}, Seconds: elapsed.Seconds(), MachineCPU: machine()}
 	for _, w := range workers {
 		res.samples = append(res.samples, w.samples...)
 		res.Errors += w.errors

@@ -371,7 +371,7 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 	workers := make([]*worker, r.cfg.Connections)
 	var issued, done atomic.Int64
 	var wg sync.WaitGroup
-	m0, machine := cpuTimes()
+	machine := measureMachineCPU()
 	start := time.Now()
 	stopProgress := r.progress(progress, &done, start)
 	for i := range workers {
@@ -417,10 +417,7 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	var cpu *MachineCPU
-	if m1, ok := cpuTimes(); machine && ok {
-		cpu = machineCPU(m0, m1) // the load only, not the polling after it
-	}
+	cpu := machine() // the load only, not the polling after it
 	stopProgress()
 	if r.cfg.Poll && drain {
 		dctx, cancel := context.WithTimeout(r.parent, cmp.Or(r.cfg.PollDrain, 60*time.Second))

@@ -109,7 +109,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (Report, error) {
 		}
 	}
 	rep.Warnings = append(rep.Warnings, warnings(rep.Results)...)
-	if w, ok := spread("the ceiling", ceilings); ok {
+	if w := spread("the ceiling", ceilings); w != "" {
 		rep.Warnings = append(rep.Warnings, w)
 	}
 	return rep, nil
@@ -120,21 +120,22 @@ func Compare(ctx context.Context, cfg CompareConfig) (Report, error) {
 // machine should not move by more.
 const SpreadWarning = 1.2
 
-// spread warns when rounds of one target differ by SpreadWarning or more: the
-// machine's speed moved during the run, with or without steal to show for it.
-func spread(name string, rounds []Result) (string, bool) {
+// spread is a warning when rounds of one target differ by SpreadWarning or
+// more ("" when not): the machine's speed moved during the run, with or
+// without steal to show for it.
+func spread(name string, rounds []Result) string {
 	if len(rounds) < 2 {
-		return "", false
+		return ""
 	}
 	lo, hi := rounds[0].PerSecond, rounds[0].PerSecond
 	for _, r := range rounds[1:] {
 		lo, hi = min(lo, r.PerSecond), max(hi, r.PerSecond)
 	}
 	if lo <= 0 || hi/lo < SpreadWarning {
-		return "", false
+		return ""
 	}
 	return fmt.Sprintf("%s made %.0f to %.0f req/s in its %d rounds (%.0f%% apart): the machine's speed moved during the run, "+
-		"so its ratios are uncertain by as much; run more rounds, or again when the machine is quieter", name, lo, hi, len(rounds), 100*(hi/lo-1)), true
+		"so its ratios are uncertain by as much; run more rounds, or again when the machine is quieter", name, lo, hi, len(rounds), 100*(hi/lo-1))
 }
 
 // warnings are what makes results doubtful: errors, and a hypervisor

@@ -35,6 +35,18 @@ func cpuTimes() (procfs.CPUStat, bool) {
 	return st.CPUTotal, true
 }
 
+// measureMachineCPU starts measuring the machine's CPU time; the function it
+// returns says how it was spent since (nil where the OS does not say).
+func measureMachineCPU() func() *MachineCPU {
+	m0, ok0 := cpuTimes()
+	return func() *MachineCPU {
+		if m1, ok1 := cpuTimes(); ok0 && ok1 {
+			return machineCPU(m0, m1)
+		}
+		return nil
+	}
+}
+
 // machineCPU is how the CPU time between a and b was spent; nil when none
 // passed. Guest time is counted in user time already.
 func machineCPU(a, b procfs.CPUStat) *MachineCPU {
