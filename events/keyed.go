@@ -35,13 +35,21 @@ func validKeyToken(t string) bool { return len(t) == KeyTokenLen && IsBase64URL(
 // (letters, digits, '-' and '_'), which is safe in a NATS subject token.
 func IsBase64URL(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		if !base64URL[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// base64URL holds the bytes of the base64url alphabet: one table load a
+// byte, since every request checks its key's hash and every event its ID.
+var base64URL = func() (t [256]bool) {
+	for c := 0; c < 256; c++ {
+		t[c] = c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+	}
+	return t
+}()
 
 // KeyedOrderID is the keyed ID of the order whose command is stored at seq,
 // with key token token: ord_, 13 characters of the sequence (as in OrderID,

@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"encoding/base64"
 	"math"
 	"sort"
 	"strings"
@@ -136,6 +137,39 @@ func TestCommandOrderIDForms(t *testing.T) {
 		}
 		if bad.HasOrderID(events.KeyedOrderID(9, token)) || bad.HasOrderID(events.OrderID(9, classic.Nonce)) {
 			t.Errorf("%+v owns an order ID", bad)
+		}
+	}
+}
+
+// TestIsBase64URLTakesTheAlphabetOnly checks every byte against the
+// alphabet of encoding/base64's URL encoding, alone and inside a token.
+func TestIsBase64URLTakesTheAlphabetOnly(t *testing.T) {
+	t.Parallel()
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	if got := base64.RawURLEncoding.EncodeToString([]byte{0xfb, 0xff, 0xbf}); got != "-_-_" {
+		t.Fatalf("the URL alphabet's last two are not '-' and '_': %q", got)
+	}
+	for c := 0; c < 256; c++ {
+		want := strings.IndexByte(alphabet, byte(c)) >= 0
+		s := string([]byte{byte(c)})
+		if got := events.IsBase64URL(s); got != want {
+			t.Errorf("IsBase64URL(%q) = %v, want %v", s, got, want)
+		}
+		if got := events.IsBase64URL("ab" + s + "Z9"); got != want {
+			t.Errorf("IsBase64URL(%q) = %v, want %v", "ab"+s+"Z9", got, want)
+		}
+	}
+	if !events.IsBase64URL("") || !events.IsBase64URL(alphabet) {
+		t.Error("the empty string and the whole alphabet are base64url")
+	}
+}
+
+func BenchmarkIsBase64URL(b *testing.B) {
+	hash := idempotency.KeyHash("tenant", "key-1")
+	b.SetBytes(int64(len(hash)))
+	for b.Loop() {
+		if !events.IsBase64URL(hash) {
+			b.Fatal(hash)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package jsonw
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,17 +21,7 @@ var texts = []string{
 func TestStringMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
 	for _, s := range texts {
-		want, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		goWant, err := gojson.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, ok := String(nil, s); ok && (string(got) != string(want) || string(got) != string(goWant)) {
-			t.Errorf("String(%q) = %s, encoding/json %s, go-json %s", s, got, want, goWant)
-		}
+		checkString(t, s)
 	}
 	for _, s := range []string{"c-42", "é", "😀", "\x7f"} { // the plain ones are taken
 		if _, ok := String(nil, s); !ok {
@@ -115,5 +106,64 @@ func TestWriterMatchesEncodingJSON(t *testing.T) {
 		if _, ok := w.Raw("}").Bytes(); ok {
 			t.Errorf("%s: the writer reported ok; encoding/json must write this document", name)
 		}
+	}
+}
+
+// BenchmarkString appends the strings of one order's event: IDs, hashes, a
+// trace parent, names, and a longer free text.
+func BenchmarkString(b *testing.B) {
+	strs := []string{
+		"1.0", "ord_0000000000001xKQJ17HuN9eBzMppDVXZ", "orderly", "orderly.order.created.v1",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "application/json",
+		"c-42", "tenant-a", "EUR", "SKU-123456", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+		"Lieferung an die Hintertür, bitte zweimal klingeln; falls niemand öffnet, beim Nachbarn abgeben",
+	}
+	n := 0
+	for _, s := range strs {
+		n += len(s)
+	}
+	b.SetBytes(int64(n))
+	buf := make([]byte, 0, 2*n)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = buf[:0]
+		for _, s := range strs {
+			var ok bool
+			if buf, ok = String(buf, s); !ok {
+				b.Fatalf("%q left to encoding/json", s)
+			}
+		}
+	}
+}
+
+// FuzzString checks String against encoding/json and go-json for any
+// string (checkString).
+func FuzzString(f *testing.F) {
+	for _, s := range texts {
+		f.Add(s)
+	}
+	f.Fuzz(checkString)
+}
+
+// checkString checks that what String writes after what the buffer held
+// is what encoding/json and go-json write, byte for byte, and that it takes
+// every string they write unchanged between quotes (but those with a byte
+// 0xE2, which String leaves to them).
+func checkString(t *testing.T, s string) {
+	want, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goWant, err := gojson.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := String([]byte("x"), s)
+	if ok && (string(got[1:]) != string(want) || string(got[1:]) != string(goWant) || got[0] != 'x') {
+		t.Errorf("String(%q) = %s, encoding/json %s, go-json %s", s, got, want, goWant)
+	}
+	unchanged := string(want) == `"`+s+`"` && !strings.Contains(s, "\xe2")
+	if unchanged && !ok {
+		t.Errorf("String(%q) left to encoding/json, which writes it unchanged", s)
 	}
 }
