@@ -20,13 +20,8 @@ var texts = []string{
 
 func TestStringMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
-	for _, s := range texts {
+	for _, s := range texts { // the plain ones among them must be taken: checkString
 		checkString(t, s)
-	}
-	for _, s := range []string{"c-42", "é", "😀", "\x7f"} { // the plain ones are taken
-		if _, ok := String(nil, s); !ok {
-			t.Errorf("String(%q) left to encoding/json", s)
-		}
 	}
 }
 
