@@ -15,6 +15,7 @@ import (
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/progress"
 )
 
 // DLQCmd groups the dead-letter tools.
@@ -299,7 +300,7 @@ func (c *RestoreCmd) Run(g *globals) error {
 // streamBars shows the progress of one stream after the other on stderr.
 type streamBars struct {
 	name string
-	bar  *progress
+	bar  *progress.Bar
 }
 
 func newStreamBars() *streamBars { return &streamBars{} }
@@ -310,12 +311,12 @@ func (b *streamBars) update(stream string, done, total uint64) {
 		b.name = stream
 		b.bar = newProgress(os.Stderr, stream, int64(total), "bytes")
 	}
-	b.bar.set(int64(done))
+	b.bar.Set(int64(done))
 }
 
 func (b *streamBars) finish(complete bool) {
 	if b.bar != nil {
-		b.bar.finish(complete)
+		b.bar.Finish(complete)
 		b.bar = nil
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/progress"
 	"github.com/orderly-dev/orderly/projections"
 )
 
@@ -37,18 +38,18 @@ func (c *RebuildCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	var bar *progress
+	var bar *progress.Bar
 	rep, err := projections.Rebuild(g.ctx, results, evs, results.TTL(), projections.RebuildOptions{
 		DryRun: c.DryRun, MaxDifferences: 20,
 		Progress: func(done, total uint64) {
 			if bar == nil {
 				bar = newProgress(os.Stderr, "events", int64(total), "events")
 			}
-			bar.set(int64(done))
+			bar.Set(int64(done))
 		},
 	})
 	if bar != nil {
-		bar.finish(err == nil)
+		bar.Finish(err == nil)
 	}
 	if err != nil {
 		return err

@@ -22,7 +22,8 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
+
+	"github.com/orderly-dev/orderly/internal/progress"
 )
 
 // Mix is the share of each kind of request, in percent of the total.
@@ -99,7 +100,8 @@ type Config struct {
 	ReplayKeys int
 	// Token is sent as Authorization: Bearer when not empty.
 	Token string
-	// Progress, when not nil, receives a progress line every second.
+	// Progress, when not nil, shows how far the run is: a bar on a
+	// terminal, else a line every progress.Every and one at the end.
 	Progress io.Writer
 }
 
@@ -373,7 +375,7 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 	var wg sync.WaitGroup
 	machine := measureMachineCPU()
 	start := time.Now()
-	stopProgress := r.progress(progress, &done, start)
+	stopProgress := r.progress(ctx, progress, &done, start)
 	for i := range workers {
 		w := &worker{status: map[int]int{}}
 		if r.cfg.Poll {
@@ -472,55 +474,69 @@ func (r *run) nextKey(rng *rand.Rand) (string, int) {
 	return key, 0
 }
 
-// progress shows a bar over the run's duration (or request budget) with the
-// current rate.
-func (r *run) progress(w io.Writer, done *atomic.Int64, start time.Time) func() {
+// progress shows a bar up to the load's deadline (or over its request
+// budget) with the current rate.
+func (r *run) progress(ctx context.Context, w io.Writer, done *atomic.Int64, start time.Time) func() {
 	if w == nil {
 		return func() {}
 	}
+	var d time.Duration
+	if end, ok := ctx.Deadline(); ok && r.cfg.Duration > 0 {
+		d = max(end.Sub(start), time.Millisecond) // the load's context was made just before start
+	}
 	var last int64
 	lastAt := start
-	return Progress(w, start, r.cfg.Duration, int64(r.cfg.Requests), done.Load, func(n int64, now time.Time) string {
+	return Progress(w, start, d, int64(r.cfg.Requests), done.Load, func(n int64, now time.Time) string {
 		rate := float64(n-last) / now.Sub(lastAt).Seconds()
 		last, lastAt = n, now
 		return fmt.Sprintf("%9d requests  %7.0f req/s", n, rate)
 	})
 }
 
-// Progress shows a progress bar on w, updated every half second until the
-// returned stop is called: over d from start when d > 0, else over total
-// items, of which count reports how many are done. describe labels the bar.
-// When w is not a terminal (a log file, a CI job), a bar redrawn in place
-// would fill it with frames: it gets a line every plainEvery instead.
+// Progress shows the progress of a run on w until the returned stop is
+// called: over d from start when d > 0, else over total items, of which
+// count reports how many are done; describe labels it (the rate, say). On a
+// terminal it is a bar redrawn every tick; elsewhere a line every
+// progress.Every and one at stop: the time since start, the share done and
+// the label.
 func Progress(w io.Writer, start time.Time, d time.Duration, total int64, count func() int64, describe func(n int64, now time.Time) string) (stop func()) {
 	max, byTime := total, d > 0
 	if byTime {
 		max = d.Milliseconds()
 	}
-	if !IsTerminal(w) {
-		return plainProgress(w, start, max, byTime, count, describe)
-	}
-	bar := progressbar.NewOptions64(max,
-		progressbar.OptionSetWriter(w),
+	var n int64 // the last tick's count, and its time
+	now := start
+	bar := progress.New(w, max, func(done, max int64) string {
+		pct := int64(100)
+		if max > 0 {
+			pct = min(100, 100*done/max)
+		}
+		return fmt.Sprintf("%6.0fs %3d%% %s", now.Sub(start).Seconds(), pct, strings.TrimSpace(describe(n, now)))
+	},
 		progressbar.OptionSetWidth(30),
-		progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionShowDescriptionAtLineEnd(),
 		progressbar.OptionSetElapsedTime(false),
 		progressbar.OptionSetPredictTime(false),
 	)
-	return every(500*time.Millisecond, func(now time.Time) {
-		n := count()
-		bar.Describe(describe(n, now))
-		if byTime {
-			_ = bar.Set64(min(now.Sub(start).Milliseconds(), max))
-		} else {
-			_ = bar.Set64(min(n, max))
+	tick := func(t time.Time) {
+		n, now = count(), t
+		if bar.Terminal() {
+			bar.Describe(describe(n, now))
 		}
-	}, func() {
-		_ = bar.Finish()
-		fmt.Fprintln(w)
+		if byTime {
+			bar.Set(now.Sub(start).Milliseconds())
+		} else {
+			bar.Set(n)
+		}
+	}
+	return every(tickEvery, tick, func() {
+		tick(time.Now())
+		bar.Finish(false)
 	})
 }
+
+// tickEvery is how often Progress looks at the run.
+var tickEvery = 500 * time.Millisecond
 
 // every calls tick every interval from a goroutine of its own until the
 // returned stop is called, then last; stop returns after last.
@@ -542,34 +558,6 @@ func every(interval time.Duration, tick func(now time.Time), last func()) (stop 
 		}
 	}()
 	return func() { close(halt); <-finished }
-}
-
-// plainEvery is how often Progress writes a line where w is not a terminal.
-var plainEvery = 5 * time.Second
-
-// IsTerminal reports whether w is a terminal (a bar redrawn in place reads
-// well there, and fills a log file with frames anywhere else).
-func IsTerminal(w io.Writer) bool {
-	f, ok := w.(interface{ Fd() uintptr })
-	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// plainProgress writes one line every plainEvery, and a last one at stop:
-// the time since start, the share done and describe's label.
-func plainProgress(w io.Writer, start time.Time, max int64, byTime bool, count func() int64, describe func(n int64, now time.Time) string) (stop func()) {
-	line := func(now time.Time) {
-		n := count()
-		done := n
-		if byTime {
-			done = now.Sub(start).Milliseconds()
-		}
-		pct := int64(100)
-		if max > 0 {
-			pct = min(100, 100*done/max)
-		}
-		fmt.Fprintf(w, "%6.0fs %3d%% %s\n", now.Sub(start).Seconds(), pct, strings.TrimSpace(describe(n, now)))
-	}
-	return every(plainEvery, line, func() { line(time.Now()) })
 }
 
 // PercentilesOf sorts samples and returns their percentiles.

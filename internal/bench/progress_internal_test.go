@@ -2,20 +2,24 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/orderly-dev/orderly/internal/progress"
 )
 
 // TestProgressWritesLinesWhereNoTerminalIs: a log file or a CI job gets a
 // line now and then, not a bar redrawn with carriage returns.
 func TestProgressWritesLinesWhereNoTerminalIs(t *testing.T) {
-	old := plainEvery
-	plainEvery = 20 * time.Millisecond
-	t.Cleanup(func() { plainEvery = old })
+	oldEvery, oldTick := progress.Every, tickEvery
+	progress.Every, tickEvery = 20*time.Millisecond, 5*time.Millisecond
+	t.Cleanup(func() { progress.Every, tickEvery = oldEvery, oldTick })
 
 	var out bytes.Buffer
 	var n atomic.Int64
@@ -42,5 +46,28 @@ func TestProgressWritesLinesWhereNoTerminalIs(t *testing.T) {
 	}
 	if len(lines) < 2 || !strings.HasSuffix(lines[len(lines)-1], "s 100% 100 requests") {
 		t.Errorf("%d lines, the last %q; want several, the last at 100%%:\n%s", len(lines), lines[len(lines)-1], got)
+	}
+}
+
+// TestTimedRunEndsAtAHundredPercent: a run that lasted its duration ends
+// its progress at 100%: the bar spans the load's deadline, not the
+// duration from a start taken after it.
+func TestTimedRunEndsAtAHundredPercent(t *testing.T) {
+	oldEvery, oldTick := progress.Every, tickEvery
+	progress.Every, tickEvery = 20*time.Millisecond, 5*time.Millisecond
+	t.Cleanup(func() { progress.Every, tickEvery = oldEvery, oldTick })
+
+	srv := httptest.NewServer(BaselineHandler())
+	defer srv.Close()
+	var out bytes.Buffer
+	_, err := Run(context.Background(), "t", Config{
+		URL: srv.URL, Connections: 2, Duration: 100 * time.Millisecond, PayloadSize: 500, Mix: Mix{New: 100}, Progress: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if last := lines[len(lines)-1]; !regexp.MustCompile(`^ +\d+s 100% +\d+ requests`).MatchString(last) {
+		t.Errorf("last line %q, want the run at 100%%:\n%s", last, out.String())
 	}
 }
