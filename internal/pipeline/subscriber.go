@@ -133,7 +133,8 @@ func (s *subscriber) yield(y *Yield, last lastTaken, stop <-chan struct{}, tick 
 	y.paused.Add(1)
 	defer y.paused.Add(-1)
 	in := y.Intake()
-	for since := time.Now(); ; {
+	grew := time.Now() // when the intake was last seen growing
+	for since := grew; ; {
 		select {
 		case <-stop:
 			return false
@@ -147,7 +148,10 @@ func (s *subscriber) yield(y *Yield, last lastTaken, stop <-chan struct{}, tick 
 			since = now
 		}
 		was := in
-		if in = y.Intake(); in == was || !y.due(last.pending, time.Since(last.stored)) {
+		if in = y.Intake(); in != was {
+			grew = since
+		}
+		if since.Sub(grew) >= y.quietFor() || !y.due(last.pending, time.Since(last.stored)) {
 			return true // the burst is over, someone waits, or the lag is reached
 		}
 	}

@@ -13,8 +13,8 @@ import (
 // After each group of messages it takes, the pipeline looks at the last
 // one: when at least behind messages are pending after it and it is younger
 // than Lag, the pipeline fetches nothing more until that message is Lag old,
-// Waiting reports a waiter, or Intake stops growing (the burst is over: the
-// cores are free). So a message waits at most about Lag (plus the work
+// Waiting reports a waiter, or Intake has not grown for quietEnd (the burst
+// is over: the cores are free). So a message waits at most about Lag (plus the work
 // before it), a request that waits for a decision ends the pause at once, and
 // a trickle, which the pipeline keeps up with, is never delayed.
 type Yield struct {
@@ -25,10 +25,11 @@ type Yield struct {
 	// pipeline's outcome; any ends the pause. Nil: nobody ever waits.
 	Waiting func() int
 	// Intake counts what this process has put into the stream; a pause ends
-	// when it has not grown for a tick (yieldTick). Nil: never yields.
+	// when it has not grown for quietEnd. Nil: never yields.
 	Intake func() uint64
 
-	paused atomic.Int32 // pauses going on now
+	quiet  time.Duration // quietEnd when 0; tests shorten it
+	paused atomic.Int32  // pauses going on now
 }
 
 // Paused says whether the pipeline is pausing now: what comes into its
@@ -44,6 +45,22 @@ const behind = 10
 
 // yieldTick is how often a pause looks at the waiters and the intake.
 const yieldTick = 10 * time.Millisecond
+
+// quietEnd is how long the intake must not grow for a pause to end: the
+// burst is over. It is longer than the stalls of a busy machine: when one
+// tick without growth ended the pause, a 10 s burst on two cores with
+// 33-58% of their time stolen by the hypervisor saw 2-19 pauses end so,
+// 0.3-4.0 s paused of the 8 the lag allowed; with 100 and 250 ms, 7.1-9.1 s
+// (ADR 0015's addendum).
+const quietEnd = 250 * time.Millisecond
+
+// quietFor is how long the intake must not grow for a pause to end.
+func (y *Yield) quietFor() time.Duration {
+	if y.quiet > 0 {
+		return y.quiet
+	}
+	return quietEnd
+}
 
 // due says whether the pipeline should wait before its next fetch, given the
 // messages pending after the last one taken and that message's age now.

@@ -77,12 +77,49 @@ func TestYieldCountsFromTheClock(t *testing.T) {
 		t.Fatalf("yielded %v s (%v)", pb.GetCounter().GetValue(), err)
 	}
 
-	// The pause ends by itself once the intake stops growing.
+}
+
+// TestYieldOutlastsAStall: a pause ends by itself once the intake has not
+// grown for the quiet time (the burst is over), not at the first look
+// without growth: a busy machine stalls the API for tens of milliseconds,
+// and when one look ended the pause, a 10 s burst at 33-58% steal kept
+// 0.3-4.0 s of the 8 s lag paused, deciding beside the API all along.
+func TestYieldOutlastsAStall(t *testing.T) {
+	s, _, y := pausing(t)
+	y.quiet = time.Hour
+	y.Intake = func() uint64 { return 7 } // the API stalls
+	last := lastTaken{pending: 500, stored: time.Now()}
+	tick := make(chan time.Time)
+	stop := make(chan struct{})
+	done := make(chan bool)
+	go func() { done <- s.yield(y, last, stop, tick) }()
+	for range 5 { // looks without growth, within the quiet time
+		select {
+		case tick <- time.Now():
+		case <-done:
+			t.Fatal("the pause ended at a stall shorter than the quiet time")
+		}
+	}
+	close(stop)
+	if <-done {
+		t.Fatal("yield after stop returned true")
+	}
+
+	// The burst is over: no growth for the quiet time ends the pause.
+	s, _, y = pausing(t)
+	y.quiet = 20 * time.Millisecond
 	y.Intake = func() uint64 { return 7 }
 	go func() { done <- s.yield(y, last, make(chan struct{}), tick) }()
 	tick <- time.Now()
-	if !<-done {
-		t.Fatal("yield with an idle intake did not end")
+	time.Sleep(30 * time.Millisecond)
+	tick <- time.Now()
+	select {
+	case ended := <-done:
+		if !ended {
+			t.Fatal("yield with an idle intake returned false")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pause did not end after the quiet time")
 	}
 }
 
