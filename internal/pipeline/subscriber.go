@@ -28,6 +28,11 @@ type subscriber struct {
 	cons jetstream.Consumer
 	once sync.Once
 	done chan struct{} // closed when the pump and its messages are done
+
+	// The yield's intake as last read, and when it was last seen growing
+	// (the pump's goroutine only).
+	intake uint64
+	grew   time.Time
 }
 
 var _ message.Subscriber = (*subscriber)(nil)
@@ -95,6 +100,9 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 			}
 			continue
 		}
+		if y := s.p.cfg.Yield; y != nil && y.Intake != nil {
+			s.intakeGrew(y, time.Now())
+		}
 		if y := s.p.cfg.Yield; y.due(last.pending, time.Since(last.stored)) {
 			tick := time.NewTicker(yieldTick)
 			yielded := s.yield(y, last, stop, tick.C)
@@ -127,14 +135,23 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 	}
 }
 
+// intakeGrew reads y's intake at now and returns when it was last seen
+// growing: now if it grew since the last reading.
+func (s *subscriber) intakeGrew(y *Yield, now time.Time) time.Time {
+	if in := y.Intake(); in != s.intake {
+		s.intake, s.grew = in, now
+	}
+	return s.grew
+}
+
 // yield waits while y says the pipeline should and the intake grows (Yield),
-// looking at each tick, at least one; false after stop.
+// looking at each tick, at least one; false after stop. The intake counts as
+// growing until it has not grown for the quiet time, since before the pause
+// too: a pause that begins after the burst is over ends at the first look.
 func (s *subscriber) yield(y *Yield, last lastTaken, stop <-chan struct{}, tick <-chan time.Time) bool {
 	y.paused.Add(1)
 	defer y.paused.Add(-1)
-	in := y.Intake()
-	grew := time.Now() // when the intake was last seen growing
-	for since := grew; ; {
+	for since := time.Now(); ; {
 		select {
 		case <-stop:
 			return false
@@ -147,11 +164,7 @@ func (s *subscriber) yield(y *Yield, last lastTaken, stop <-chan struct{}, tick 
 			s.p.m.yielded.Add(now.Sub(since).Seconds())
 			since = now
 		}
-		was := in
-		if in = y.Intake(); in != was {
-			grew = since
-		}
-		if since.Sub(grew) >= y.quietFor() || !y.due(last.pending, time.Since(last.stored)) {
+		if since.Sub(s.intakeGrew(y, since)) >= y.quietFor() || !y.due(last.pending, time.Since(last.stored)) {
 			return true // the burst is over, someone waits, or the lag is reached
 		}
 	}

@@ -144,3 +144,25 @@ func TestYieldSaysWhilePaused(t *testing.T) {
 		t.Fatal("paused after the pause ended")
 	}
 }
+
+// TestYieldAfterTheBurstEndsAtOnce: a pause that begins when the intake has
+// not grown for the quiet time already (the burst is over, the backlog is
+// being decided) ends at its first look, so that deciding the backlog is
+// not slowed by a quiet time after every fetch.
+func TestYieldAfterTheBurstEndsAtOnce(t *testing.T) {
+	s, _, y := pausing(t)
+	y.Intake = func() uint64 { return 7 }
+	s.intakeGrew(y, time.Now().Add(-time.Second)) // last seen growing a second ago
+	tick := make(chan time.Time, 1)
+	done := make(chan bool)
+	go func() { done <- s.yield(y, lastTaken{pending: 500, stored: time.Now()}, make(chan struct{}), tick) }()
+	tick <- time.Now()
+	select {
+	case ended := <-done:
+		if !ended {
+			t.Fatal("yield returned false without a stop")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a pause begun after the burst did not end at its first look")
+	}
+}
