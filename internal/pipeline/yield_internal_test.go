@@ -113,14 +113,7 @@ func TestYieldOutlastsAStall(t *testing.T) {
 	tick <- time.Now()
 	time.Sleep(30 * time.Millisecond)
 	tick <- time.Now()
-	select {
-	case ended := <-done:
-		if !ended {
-			t.Fatal("yield with an idle intake returned false")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the pause did not end after the quiet time")
-	}
+	endsByItself(t, done, "the pause did not end after the quiet time")
 }
 
 // TestYieldSaysWhilePaused: Paused is true while a pause goes on (what the
@@ -157,12 +150,18 @@ func TestYieldAfterTheBurstEndsAtOnce(t *testing.T) {
 	done := make(chan bool)
 	go func() { done <- s.yield(y, lastTaken{pending: 500, stored: time.Now()}, make(chan struct{}), tick) }()
 	tick <- time.Now()
+	endsByItself(t, done, "a pause begun after the burst did not end at its first look")
+}
+
+// endsByItself waits for a yield that was not stopped to return true.
+func endsByItself(t *testing.T, done <-chan bool, otherwise string) {
+	t.Helper()
 	select {
 	case ended := <-done:
 		if !ended {
 			t.Fatal("yield returned false without a stop")
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a pause begun after the burst did not end at its first look")
+		t.Fatal(otherwise)
 	}
 }
