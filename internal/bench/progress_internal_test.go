@@ -17,9 +17,7 @@ import (
 // TestProgressWritesLinesWhereNoTerminalIs: a log file or a CI job gets a
 // line now and then, not a bar redrawn with carriage returns.
 func TestProgressWritesLinesWhereNoTerminalIs(t *testing.T) {
-	oldEvery, oldTick := progress.Every, tickEvery
-	progress.Every, tickEvery = 20*time.Millisecond, 5*time.Millisecond
-	t.Cleanup(func() { progress.Every, tickEvery = oldEvery, oldTick })
+	quickProgress(t)
 
 	var out bytes.Buffer
 	var n atomic.Int64
@@ -53,9 +51,7 @@ func TestProgressWritesLinesWhereNoTerminalIs(t *testing.T) {
 // its progress at 100%: the bar spans the load's deadline, not the
 // duration from a start taken after it.
 func TestTimedRunEndsAtAHundredPercent(t *testing.T) {
-	oldEvery, oldTick := progress.Every, tickEvery
-	progress.Every, tickEvery = 20*time.Millisecond, 5*time.Millisecond
-	t.Cleanup(func() { progress.Every, tickEvery = oldEvery, oldTick })
+	quickProgress(t)
 
 	srv := httptest.NewServer(BaselineHandler())
 	defer srv.Close()
@@ -70,4 +66,12 @@ func TestTimedRunEndsAtAHundredPercent(t *testing.T) {
 	if last := lines[len(lines)-1]; !regexp.MustCompile(`^ +\d+s 100% +\d+ requests`).MatchString(last) {
 		t.Errorf("last line %q, want the run at 100%%:\n%s", last, out.String())
 	}
+}
+
+// quickProgress makes Progress look every 5 ms and write a plain line every
+// 20 ms for the test.
+func quickProgress(t *testing.T) {
+	oldEvery, oldTick := progress.Every, tickEvery
+	progress.Every, tickEvery = 20*time.Millisecond, 5*time.Millisecond
+	t.Cleanup(func() { progress.Every, tickEvery = oldEvery, oldTick })
 }

@@ -102,13 +102,13 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 		}
 		if y := s.p.cfg.Yield; y != nil && y.Intake != nil {
 			s.intakeGrew(y, time.Now())
-		}
-		if y := s.p.cfg.Yield; y.due(last.pending, time.Since(last.stored)) {
-			tick := time.NewTicker(yieldTick)
-			yielded := s.yield(y, last, stop, tick.C)
-			tick.Stop()
-			if !yielded {
-				return
+			if y.due(last.pending, time.Since(last.stored)) {
+				tick := time.NewTicker(yieldTick)
+				yielded := s.yield(y, last, stop, tick.C)
+				tick.Stop()
+				if !yielded {
+					return
+				}
 			}
 		}
 		batch, err := s.cons.Fetch(s.p.cfg.Concurrency, jetstream.FetchMaxWait(fetchWait))

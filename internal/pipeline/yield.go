@@ -14,9 +14,9 @@ import (
 // one: when at least behind messages are pending after it and it is younger
 // than Lag, the pipeline fetches nothing more until that message is Lag old,
 // Waiting reports a waiter, or Intake has not grown for quietEnd (the burst
-// is over: the cores are free). So a message waits at most about Lag (plus the work
-// before it), a request that waits for a decision ends the pause at once, and
-// a trickle, which the pipeline keeps up with, is never delayed.
+// is over: the cores are free). So a message waits at most about Lag (plus
+// the work before it), a request that waits for a decision ends the pause at
+// once, and a trickle, which the pipeline keeps up with, is never delayed.
 type Yield struct {
 	// Lag is how far behind the stream the handling may fall; 0 (or less) never
 	// yields.

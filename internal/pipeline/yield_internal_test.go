@@ -76,7 +76,6 @@ func TestYieldCountsFromTheClock(t *testing.T) {
 	if err := m.yielded.Write(&pb); err != nil || pb.GetCounter().GetValue() < 0 {
 		t.Fatalf("yielded %v s (%v)", pb.GetCounter().GetValue(), err)
 	}
-
 }
 
 // TestYieldOutlastsAStall: a pause ends by itself once the intake has not
@@ -87,7 +86,8 @@ func TestYieldCountsFromTheClock(t *testing.T) {
 func TestYieldOutlastsAStall(t *testing.T) {
 	s, _, y := pausing(t)
 	y.quiet = time.Hour
-	y.Intake = func() uint64 { return 7 } // the API stalls
+	y.Intake = func() uint64 { return 7 }
+	s.intakeGrew(y, time.Now()) // seen growing just now; then the API stalls
 	last := lastTaken{pending: 500, stored: time.Now()}
 	tick := make(chan time.Time)
 	stop := make(chan struct{})
@@ -109,8 +109,9 @@ func TestYieldOutlastsAStall(t *testing.T) {
 	s, _, y = pausing(t)
 	y.quiet = 20 * time.Millisecond
 	y.Intake = func() uint64 { return 7 }
+	s.intakeGrew(y, time.Now())
 	go func() { done <- s.yield(y, last, make(chan struct{}), tick) }()
-	tick <- time.Now()
+	tick <- time.Now() // within the quiet time
 	time.Sleep(30 * time.Millisecond)
 	tick <- time.Now()
 	endsByItself(t, done, "the pause did not end after the quiet time")
