@@ -484,13 +484,29 @@ func (r *run) progress(ctx context.Context, w io.Writer, done *atomic.Int64, sta
 	if end, ok := ctx.Deadline(); ok && r.cfg.Duration > 0 {
 		d = max(end.Sub(start), time.Millisecond) // the load's context was made just before start
 	}
-	var last int64
-	lastAt := start
+	rate := rater{lastAt: start, min: tickEvery / 2}
 	return Progress(w, start, d, int64(r.cfg.Requests), done.Load, func(n int64, now time.Time) string {
-		rate := float64(n-last) / now.Sub(lastAt).Seconds()
-		last, lastAt = n, now
-		return fmt.Sprintf("%9d requests  %7.0f req/s", n, rate)
+		return fmt.Sprintf("%9d requests  %7.0f req/s", n, rate.at(n, now))
 	})
+}
+
+// rater is the rate of a count between the lines that show it. An interval
+// shorter than min (the line at the end, drawn just after the last tick's)
+// keeps the rate of the interval before it, where the division would make
+// NaN (no time, no requests) or the rate of a few stragglers.
+type rater struct {
+	last   int64
+	lastAt time.Time
+	min    time.Duration
+	rate   float64
+}
+
+func (r *rater) at(n int64, now time.Time) float64 {
+	if dt := now.Sub(r.lastAt); dt >= r.min && dt > 0 {
+		r.rate = float64(n-r.last) / dt.Seconds()
+		r.last, r.lastAt = n, now
+	}
+	return r.rate
 }
 
 // Progress shows the progress of a run on w until the returned stop is

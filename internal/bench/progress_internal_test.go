@@ -68,6 +68,26 @@ func TestTimedRunEndsAtAHundredPercent(t *testing.T) {
 	}
 }
 
+// TestRateOfAShortIntervalIsTheOneBefore: the line drawn at the end, just
+// after the last tick's, shows the rate of the interval before it, not NaN
+// (no time, no requests) nor the rate of a few stragglers over microseconds.
+func TestRateOfAShortIntervalIsTheOneBefore(t *testing.T) {
+	t0 := time.Now()
+	r := rater{lastAt: t0, min: 250 * time.Millisecond}
+	if got := r.at(1000, t0.Add(time.Second)); got != 1000 {
+		t.Fatalf("1,000 requests in 1 s: %v req/s", got)
+	}
+	if got := r.at(1000, t0.Add(time.Second)); got != 1000 {
+		t.Errorf("the same instant again: %v req/s, want the last interval's 1000", got)
+	}
+	if got := r.at(1013, t0.Add(time.Second+3*time.Millisecond)); got != 1000 {
+		t.Errorf("13 more in 3 ms: %v req/s, want the last interval's 1000", got)
+	}
+	if got := r.at(1513, t0.Add(1500*time.Millisecond)); got != 1026 {
+		t.Errorf("513 more in the 500 ms since the last full interval: %v req/s, want 1026", got)
+	}
+}
+
 // quickProgress makes Progress look every 5 ms and write a plain line every
 // 20 ms for the test.
 func quickProgress(t *testing.T) {
