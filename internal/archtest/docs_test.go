@@ -1,11 +1,15 @@
 package archtest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
@@ -54,4 +58,103 @@ func TestEveryPackageIsDocumented(t *testing.T) {
 			t.Errorf("%s is not in the README's layout", rel)
 		}
 	}
+}
+
+// TestDocLinksResolve: every relative link of the README and docs/ names a
+// file of the repository, and a heading of it where it names one, so that a
+// paragraph moved between files cannot keep links that pointed from where
+// it was.
+func TestDocLinksResolve(t *testing.T) {
+	root := "../.."
+	var docs []string
+	for _, pattern := range []string{"README.md", "docs/*.md", "docs/adr/*.md", "deploy/*.md", "examples/*.md", "examples/*/*.md"} {
+		m, _ := filepath.Glob(filepath.Join(root, pattern))
+		docs = append(docs, m...)
+	}
+	if len(docs) < 10 {
+		t.Fatalf("only %d documents found", len(docs))
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, doc)
+		for _, m := range link.FindAllStringSubmatch(withoutCode(string(b)), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			path := doc
+			if file != "" {
+				path = filepath.Join(filepath.Dir(doc), file)
+			}
+			checked++
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links to %s, which is not there", rel, target)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(path, ".md") && !slices.Contains(anchors(t, path), anchor) {
+				t.Errorf("%s links to %s, whose file has no heading %q", rel, target, anchor)
+			}
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d relative links found: the extraction is broken", checked)
+	}
+}
+
+// anchors are the ids GitHub gives the headings of a Markdown file:
+// lower case, punctuation dropped, spaces as hyphens, repeats numbered.
+func anchors(t *testing.T, path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	var ids []string
+	for _, line := range strings.Split(withoutCode(string(b)), "\n") {
+		h := strings.TrimLeft(line, "#")
+		if len(h) == len(line) || !strings.HasPrefix(h, " ") {
+			continue
+		}
+		var id strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+			switch {
+			case unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_':
+				id.WriteRune(r)
+			case r == ' ':
+				id.WriteByte('-')
+			}
+		}
+		s := id.String()
+		if n := seen[s]; n > 0 {
+			ids = append(ids, fmt.Sprintf("%s-%d", s, n))
+		} else {
+			ids = append(ids, s)
+		}
+		seen[s]++
+	}
+	return ids
+}
+
+// withoutCode is s without its fenced code blocks, whose brackets and
+// hashes are not links nor headings.
+func withoutCode(s string) string {
+	var out strings.Builder
+	fenced := false
+	for _, line := range strings.Split(s, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			out.WriteString(line)
+			out.WriteByte('\n')
+		}
+	}
+	return out.String()
 }
