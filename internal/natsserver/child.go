@@ -40,10 +40,8 @@ const (
 
 // Instance is a running embedded server, in this process or in a child.
 type Instance interface {
-	// ClientURL is the client port's URL ("" in process without a port).
+	// ClientURL is the client port's URL ("" without a port).
 	ClientURL() string
-	// Provider connects in process; nil when the server is in a child.
-	Provider() nats.InProcessConnProvider
 	// Done is closed when the server stopped on its own (a child exited);
 	// Err then says why.
 	Done() <-chan struct{}
@@ -57,11 +55,10 @@ func Local(ns *server.Server) Instance { return local{ns} }
 
 type local struct{ ns *server.Server }
 
-func (l local) ClientURL() string                    { return l.ns.ClientURL() }
-func (l local) Provider() nats.InProcessConnProvider { return l.ns }
-func (l local) Done() <-chan struct{}                { return nil }
-func (l local) Err() error                           { return nil }
-func (l local) Shutdown()                            { l.ns.Shutdown(); l.ns.WaitForShutdown() }
+func (l local) ClientURL() string     { return l.ns.ClientURL() }
+func (l local) Done() <-chan struct{} { return nil }
+func (l local) Err() error            { return nil }
+func (l local) Shutdown()             { l.ns.Shutdown(); l.ns.WaitForShutdown() }
 
 // childEnv, set in a child's environment, makes RunChildIfAsked run the
 // server there instead of the program.
@@ -349,9 +346,6 @@ func (c *ChildProcess) lastLines() string {
 
 // ClientURL is the URL of the child's client port.
 func (c *ChildProcess) ClientURL() string { return c.clientURL }
-
-// Provider is nil: a child is reached over its port.
-func (c *ChildProcess) Provider() nats.InProcessConnProvider { return nil }
 
 // Done is closed when the child has exited.
 func (c *ChildProcess) Done() <-chan struct{} { return c.done }

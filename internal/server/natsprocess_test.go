@@ -2,11 +2,14 @@ package server_test
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
@@ -74,7 +77,10 @@ func TestNATSPprofOnlyForAChild(t *testing.T) {
 }
 
 // TestEmbeddedServerInProcess: --nats-process in-process runs the server in
-// orderly's own process, with a client port or without.
+// orderly's own process, with a client port for others or without; orderly
+// reaches it over loopback TCP either way (nats-server's in-process pipe is
+// slower under load: ADR 0014's addendum), on a port that, like every port
+// of the embedded server, admits no one without a key.
 func TestEmbeddedServerInProcess(t *testing.T) {
 	t.Parallel()
 	for _, listen := range []string{"", "127.0.0.1:-1"} {
@@ -89,6 +95,16 @@ func TestEmbeddedServerInProcess(t *testing.T) {
 			}
 			if got := inst.NATSURL() != ""; got != (listen != "") {
 				t.Fatalf("client URL %q with --nats-listen %q", inst.NATSURL(), listen)
+			}
+			own := inst.NATSConnectedURL()
+			if !strings.HasPrefix(own, "nats://127.0.0.1:") {
+				t.Fatalf("orderly reaches its server at %q, want a loopback port", own)
+			}
+			if nc, err := nats.Connect(own, nats.NoReconnect()); err == nil {
+				nc.Close()
+				t.Fatalf("%s admitted a client without a key", own)
+			} else if !errors.Is(err, nats.ErrAuthorization) {
+				t.Fatalf("connect without a key: %v, want an authorization violation", err)
 			}
 			r := inst.PostOrder(t, "in-process", orderlytest.Order("c"))
 			if r.Status != http.StatusCreated {

@@ -516,6 +516,13 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 				PidFn:     func() (int, error) { return child.PID(), nil },
 			}))
 		} else {
+			if ncfg.Listen == "" {
+				// orderly's components reach it over loopback TCP, as they
+				// reach a child: nats-server's in-process connection is a
+				// synchronous net.Pipe, slower under load (ADR 0014's
+				// addendum). The users' keys guard the port.
+				ncfg.Listen = "127.0.0.1:-1"
+			}
 			ns, err := natsserver.Start(ctx, ncfg)
 			if err != nil {
 				return nil, err
@@ -524,17 +531,10 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		}
 		s.logger.Info("embedded NATS started", "process", s.cfg.NATSProcess, "pid", s.NATSPID(), "store", abs,
 			"client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String(), "credentials", s.creds.Dir)
-		// The components reach an embedded server over loopback TCP when it
-		// listens (a child always does, on a port of its own without
-		// --nats-listen): nats-server's in-process connection is a
-		// synchronous net.Pipe, measurably slower under load
-		// (docs/performance.md).
-		if p := s.ns.Provider(); p != nil && s.cfg.NATSListen == "" {
-			ccfg.InProcess = p
-		} else {
-			ccfg.URL = s.ns.ClientURL()
-		}
-		setup := jsstore.ConnectConfig{URL: ccfg.URL, InProcess: ccfg.InProcess, Name: "setup",
+		// The components reach the embedded server over loopback TCP: it
+		// always listens, on a port of its own without --nats-listen.
+		ccfg.URL = s.ns.ClientURL()
+		setup := jsstore.ConnectConfig{URL: ccfg.URL, Name: "setup",
 			Credentials: jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Operator)}}
 		topo := s.cfg.Topology
 		topo.Projector = topo.Projector || s.cfg.Roles.Projector
@@ -999,6 +999,15 @@ func (s *Server) NATSURL() string {
 		return ""
 	}
 	return s.ns.ClientURL()
+}
+
+// NATSConnectedURL is the URL orderly's own connection to NATS uses, without
+// credentials; "" before it connects.
+func (s *Server) NATSConnectedURL() string {
+	if s.nc == nil {
+		return ""
+	}
+	return s.nc.ConnectedUrlRedacted()
 }
 
 // NATSPID is the process ID of the embedded server's own process, 0 when it
