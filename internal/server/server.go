@@ -83,9 +83,9 @@ type Config struct {
 	NATSListen string
 	// NATSName names the embedded server.
 	NATSName string
-	// NATSProcess is where the embedded server runs: natsserver.Child (a
-	// process of its own, started from this binary; the default) or
-	// natsserver.InProcess (docs/adr/0014).
+	// NATSProcess is where the embedded server runs: natsserver.InProcess
+	// (the default, docs/adr/0016) or natsserver.Child (a process of its
+	// own, started from this binary, docs/adr/0014).
 	NATSProcess string
 	// Cluster makes the embedded server a cluster node.
 	Cluster *natsserver.ClusterConfig
@@ -197,7 +197,7 @@ func DefaultConfig() Config {
 		DataDir:     "./data",
 		NATSListen:  "127.0.0.1:4222",
 		NATSName:    "orderly",
-		NATSProcess: natsserver.Child,
+		NATSProcess: natsserver.InProcess,
 		Fsync:       natsserver.Fsync{Interval: time.Second},
 		Topology:    jsstore.DefaultTopology(),
 		API:         api.DefaultConfig(),
