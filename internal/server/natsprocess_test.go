@@ -79,7 +79,7 @@ func TestNATSPprofOnlyForAChild(t *testing.T) {
 // TestEmbeddedServerInProcess: --nats-process in-process runs the server in
 // orderly's own process, with a client port for others or without; orderly
 // reaches it over loopback TCP either way (nats-server's in-process pipe is
-// slower under load: ADR 0014's addendum), on a port that, like every port
+// slower under load: ADR 0016), on a port that, like every port
 // of the embedded server, admits no one without a key.
 func TestEmbeddedServerInProcess(t *testing.T) {
 	t.Parallel()

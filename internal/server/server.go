@@ -519,8 +519,8 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 			if ncfg.Listen == "" {
 				// orderly's components reach it over loopback TCP, as they
 				// reach a child: nats-server's in-process connection is a
-				// synchronous net.Pipe, slower under load (ADR 0014's
-				// addendum). The users' keys guard the port.
+				// synchronous net.Pipe, slower under load (ADR 0016).
+				// The users' keys guard the port.
 				ncfg.Listen = "127.0.0.1:-1"
 			}
 			ns, err := natsserver.Start(ctx, ncfg)
