@@ -17,10 +17,8 @@ import (
 
 // ConnectConfig says how to reach NATS and who to be there.
 type ConnectConfig struct {
-	// URL lists the servers, comma-separated. Ignored with InProcess.
+	// URL lists the servers, comma-separated.
 	URL string
-	// InProcess, when set, connects in process to an embedded server.
-	InProcess nats.InProcessConnProvider
 	// Name names the connection (shown by the server as orderly-<name>).
 	Name string
 	// Credentials authenticate the connection; zero connects anonymously
@@ -153,11 +151,8 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 		opts = append(opts, nats.CustomInboxPrefix(cfg.InboxPrefix))
 	}
 	url := cfg.URL
-	if cfg.InProcess != nil {
-		opts = append(opts, nats.InProcessServer(cfg.InProcess))
-		url = ""
-	} else if url == "" {
-		return nil, errors.New("no NATS URL and no embedded server")
+	if url == "" {
+		return nil, errors.New("no NATS URL")
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

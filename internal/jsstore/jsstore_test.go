@@ -456,16 +456,16 @@ func TestDrainFlushesPastAStuckSubscription(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns, err := natsserver.Start(ctx, natsserver.Config{ServerName: "drain", StoreDir: t.TempDir(), Fsync: natsserver.Fsync{Interval: time.Second}})
+	ns, err := natsserver.Start(ctx, natsserver.Config{ServerName: "drain", StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Fsync: natsserver.Fsync{Interval: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := jsstore.Connect(ctx, jsstore.ConnectConfig{InProcess: ns, Name: "drained", DrainTimeout: 500 * time.Millisecond}, nil)
+	nc, err := jsstore.Connect(ctx, jsstore.ConnectConfig{URL: ns.ClientURL(), Name: "drained", DrainTimeout: 500 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := jsstore.Connect(ctx, jsstore.ConnectConfig{InProcess: ns, Name: "other"}, nil)
+	other, err := jsstore.Connect(ctx, jsstore.ConnectConfig{URL: ns.ClientURL(), Name: "other"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
