@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,7 +236,8 @@ func decodeChecked(body []byte) (events.OrderRequest, []problem.FieldError) {
 	d := decoder{}
 	d.unknown("", fields, "customer_id", "currency", "items", "total")
 	req.CustomerID = d.text("customer_id", fields["customer_id"], MaxCustomerIDLen)
-	req.Currency = d.text("currency", fields["currency"], 3)
+	// No length bound of its own: a code of the wrong length is told the rule.
+	req.Currency = d.text("currency", fields["currency"], math.MaxInt)
 	if req.Currency != "" && !isCurrency(req.Currency) {
 		d.fail("currency", "must be an ISO 4217 code: three upper-case letters such as EUR")
 	}

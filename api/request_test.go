@@ -73,6 +73,18 @@ func TestDecodeOrderErrors(t *testing.T) {
 	}
 }
 
+// A currency that is not an ISO 4217 code is told so, whatever its length:
+// "EURO" is not "too long" for a client who does not know the rule.
+func TestCurrencyReasonNamesTheRule(t *testing.T) {
+	t.Parallel()
+	for _, cur := range []string{"EURO", "eu", "E1R", "eur", "€"} {
+		_, errs := DecodeOrder([]byte(`{"customer_id":"c","currency":"` + cur + `","items":[{"sku":"x","quantity":1,"unit_price":1}]}`))
+		if len(errs) != 1 || errs[0].Field != "currency" || !strings.Contains(errs[0].Reason, "ISO 4217") {
+			t.Errorf("currency %q: errors %+v, want one on currency naming ISO 4217", cur, errs)
+		}
+	}
+}
+
 func TestFingerprintIsCanonical(t *testing.T) {
 	t.Parallel()
 	a, _ := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}],"total":4990}`))
