@@ -52,7 +52,7 @@ type CLI struct {
 	Backup      BackupCmd      `cmd:"" help:"Back up orderly's streams and their consumers (JetStream snapshots, checked as they are taken) into a new directory; safe while orderly runs."`
 	Restore     RestoreCmd     `cmd:"" help:"Restore a backup into a NATS whose orderly streams are missing or empty (a fresh cluster, after orderly setup), with sequences, timestamps and consumer positions as they were; then restart orderly's processes."`
 	Check       CheckCmd       `cmd:"" help:"Run a fault-finding workload against an orderly and verify that nothing was lost or duplicated; exits 1 on any violation."`
-	Bench       BenchCmd       `cmd:"" help:"Load an orderly API over HTTP and report throughput, latency and how the machine's CPU was spent (busy, idle, stolen by a hypervisor); --baseline adds the ceiling and the raw JetStream rate."`
+	Bench       BenchCmd       `cmd:"" help:"Load an orderly API over HTTP and report throughput, latency and how the machine's CPU was spent (busy, idle, stolen by a hypervisor); --baseline adds the ceiling and the raw JetStream rate. While it runs, stderr shows the rate and the p99 of the requests since the line before, so a tail that grows during a long run shows when."`
 	Version     VersionCmd     `cmd:"" help:"Print the version."`
 	Healthcheck HealthcheckCmd `cmd:"" help:"Exit 0 when an orderly process is ready (GET /readyz answers 200), 1 otherwise: the probe for container healthchecks, since the image has no shell tools."`
 

@@ -373,9 +373,10 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 	workers := make([]*worker, r.cfg.Connections)
 	var issued, done atomic.Int64
 	var wg sync.WaitGroup
+	var lat window
 	machine := measureMachineCPU()
 	start := time.Now()
-	stopProgress := r.progress(ctx, progress, &done, start)
+	stopProgress := r.progress(ctx, progress, &done, &lat, start)
 	for i := range workers {
 		w := &worker{status: map[int]int{}}
 		if r.cfg.Poll {
@@ -403,7 +404,9 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 				if w.poll != nil && err == nil && status == http.StatusAccepted {
 					w.poll.follow(time.Now(), header)
 				}
-				w.samples = append(w.samples, time.Since(t0))
+				took := time.Since(t0)
+				w.samples = append(w.samples, took)
+				lat.add(took)
 				w.kinds[kind]++
 				done.Add(1)
 				if err != nil {
@@ -475,8 +478,8 @@ func (r *run) nextKey(rng *rand.Rand) (string, int) {
 }
 
 // progress shows a bar up to the load's deadline (or over its request
-// budget) with the current rate.
-func (r *run) progress(ctx context.Context, w io.Writer, done *atomic.Int64, start time.Time) func() {
+// budget) with the current rate and p99.
+func (r *run) progress(ctx context.Context, w io.Writer, done *atomic.Int64, lat *window, start time.Time) func() {
 	if w == nil {
 		return func() {}
 	}
@@ -484,29 +487,40 @@ func (r *run) progress(ctx context.Context, w io.Writer, done *atomic.Int64, sta
 	if end, ok := ctx.Deadline(); ok && r.cfg.Duration > 0 {
 		d = max(end.Sub(start), time.Millisecond) // the load's context was made just before start
 	}
-	rate := rater{lastAt: start, min: tickEvery / 2}
+	rate := rater{lastAt: start, min: tickEvery / 2, lat: lat}
 	return Progress(w, start, d, int64(r.cfg.Requests), done.Load, func(n int64, now time.Time) string {
-		return fmt.Sprintf("%9d requests  %7.0f req/s", n, rate.at(n, now))
+		perSecond, p99 := rate.at(n, now)
+		tail := "     -   " // no request ended in the interval
+		if p99 > 0 {
+			tail = fmt.Sprintf("%6.1f ms", float64(p99.Microseconds())/1000)
+		}
+		return fmt.Sprintf("%9d requests  %7.0f req/s  p99 %s", n, perSecond, tail)
 	})
 }
 
-// rater is the rate of a count between the lines that show it. An interval
-// shorter than min (the line at the end, drawn just after the last tick's)
-// keeps the rate of the interval before it, where the division would make
-// NaN (no time, no requests) or the rate of a few stragglers.
+// rater is the rate of a count, and the p99 of the latencies in lat, between
+// the lines that show them. An interval shorter than min (the line at the
+// end, drawn just after the last tick's) keeps the figures of the interval
+// before it, where the division would make NaN (no time, no requests) or
+// the figures of a few stragglers.
 type rater struct {
 	last   int64
 	lastAt time.Time
 	min    time.Duration
 	rate   float64
+	lat    *window       // nil: no p99
+	p99    time.Duration // 0 when no request ended in the interval
 }
 
-func (r *rater) at(n int64, now time.Time) float64 {
+func (r *rater) at(n int64, now time.Time) (float64, time.Duration) {
 	if dt := now.Sub(r.lastAt); dt >= r.min && dt > 0 {
 		r.rate = float64(n-r.last) / dt.Seconds()
 		r.last, r.lastAt = n, now
+		if r.lat != nil {
+			r.p99, _ = r.lat.next(0.99)
+		}
 	}
-	return r.rate
+	return r.rate, r.p99
 }
 
 // Progress shows the progress of a run on w until the returned stop is

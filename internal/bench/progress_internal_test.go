@@ -74,17 +74,52 @@ func TestTimedRunEndsAtAHundredPercent(t *testing.T) {
 func TestRateOfAShortIntervalIsTheOneBefore(t *testing.T) {
 	t0 := time.Now()
 	r := rater{lastAt: t0, min: 250 * time.Millisecond}
-	if got := r.at(1000, t0.Add(time.Second)); got != 1000 {
+	if got, _ := r.at(1000, t0.Add(time.Second)); got != 1000 {
 		t.Fatalf("1,000 requests in 1 s: %v req/s", got)
 	}
-	if got := r.at(1000, t0.Add(time.Second)); got != 1000 {
+	if got, _ := r.at(1000, t0.Add(time.Second)); got != 1000 {
 		t.Errorf("the same instant again: %v req/s, want the last interval's 1000", got)
 	}
-	if got := r.at(1013, t0.Add(time.Second+3*time.Millisecond)); got != 1000 {
+	if got, _ := r.at(1013, t0.Add(time.Second+3*time.Millisecond)); got != 1000 {
 		t.Errorf("13 more in 3 ms: %v req/s, want the last interval's 1000", got)
 	}
-	if got := r.at(1513, t0.Add(1500*time.Millisecond)); got != 1026 {
+	if got, _ := r.at(1513, t0.Add(1500*time.Millisecond)); got != 1026 {
 		t.Errorf("513 more in the 500 ms since the last full interval: %v req/s, want 1026", got)
+	}
+}
+
+// TestP99IsOfTheIntervalOnly: each line's p99 is of the requests that ended
+// since the line before, so a tail that grows halfway through a run shows
+// when it does; an interval in which no request ended has none.
+func TestP99IsOfTheIntervalOnly(t *testing.T) {
+	t0 := time.Now()
+	var lat window
+	r := rater{lastAt: t0, min: 250 * time.Millisecond, lat: &lat}
+	for i := range 1000 {
+		lat.add(time.Duration(i+1) * 10 * time.Microsecond) // 10 µs to 10 ms
+	}
+	_, p99 := r.at(1000, t0.Add(time.Second))
+	if want := 9900 * time.Microsecond; p99 < want || p99 > want*1045/1000 {
+		t.Errorf("first interval: p99 %s, want %s within a bucket (4.4%%)", p99, want)
+	}
+	for range 100 {
+		lat.add(200 * time.Millisecond) // a stall
+	}
+	_, p99 = r.at(1100, t0.Add(2*time.Second))
+	if p99 < 200*time.Millisecond || p99 > 209*time.Millisecond {
+		t.Errorf("second interval, every request 200 ms: p99 %s; the first interval's must not count", p99)
+	}
+	_, p99 = r.at(1100, t0.Add(2*time.Second+time.Millisecond))
+	if p99 < 200*time.Millisecond {
+		t.Errorf("a short interval after it: p99 %s, want the last full interval's", p99)
+	}
+	_, p99 = r.at(1100, t0.Add(3*time.Second))
+	if p99 != 0 {
+		t.Errorf("an interval in which no request ended: p99 %s, want none (0)", p99)
+	}
+	lat.add(time.Hour)
+	if got, n := lat.next(0.99); n != 1 || got < 16*time.Second {
+		t.Errorf("an hour: %s (%d), want the last bucket's bound, above 16 s", got, n)
 	}
 }
 
