@@ -376,6 +376,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	}
 	s.tracer = s.tracing.Tracer("github.com/orderly-dev/orderly")
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if mem := ops.MemoryCollector(); mem != nil {
+		s.registry.MustRegister(mem)
+	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderly_build_info", Help: "Always 1; its labels name the running build."},
 		[]string{"version", "commit", "goversion"})
 	build.WithLabelValues(cfg.Version, cfg.Commit, runtime.Version()).Set(1)

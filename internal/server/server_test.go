@@ -21,6 +21,7 @@ import (
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
+	"github.com/orderly-dev/orderly/internal/ops"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 )
@@ -841,5 +842,25 @@ func TestAsyncAndSyncClientsGetEveryOrderOnce(t *testing.T) {
 	}
 	if len(counts) != 2*n {
 		t.Fatalf("%d keys with orders, want %d", len(counts), 2*n)
+	}
+}
+
+// TestMemoryAvailableIsExposed: every process tells how much memory is left
+// to grow into, which OrderlyMemoryRunningOut compares the growth of its
+// resident memory with (an embedded store's index grows with the retained
+// events).
+func TestMemoryAvailableIsExposed(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	want, err := ops.MemoryAvailable("/")
+	if err != nil {
+		t.Skipf("no /proc/meminfo here: %v", err)
+	}
+	got := inst.Metric(t, "orderly_memory_available_bytes")
+	if got <= 0 || got > 2*float64(want) {
+		t.Fatalf("orderly_memory_available_bytes %v, MemoryAvailable %d", got, want)
+	}
+	if rss := inst.Metric(t, "process_resident_memory_bytes"); rss <= 0 {
+		t.Fatalf("process_resident_memory_bytes %v", rss)
 	}
 }
