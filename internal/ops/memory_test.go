@@ -8,8 +8,9 @@ import (
 
 // fakeRoot writes a proc/ and sys/ tree: meminfo with MemAvailable avail
 // kB, and, when limit is not "", the process in cgroup v2 group /app with
-// memory.max limit and memory.current current.
-func fakeRoot(t *testing.T, avail, limit, current string) string {
+// memory.max limit and memory.current current; in v1's memory controller,
+// group /v1/path, without a limit unless v1 writes one.
+func fakeRoot(t *testing.T, avail, limit, current string, v1 ...string) string {
 	t.Helper()
 	root := t.TempDir()
 	write := func(path, data string) {
@@ -27,6 +28,12 @@ func fakeRoot(t *testing.T, avail, limit, current string) string {
 		write("sys/fs/cgroup/app/memory.max", limit+"\n")
 		write("sys/fs/cgroup/app/memory.current", current+"\n")
 	}
+	v1Limit, v1Usage := "9223372036854771712", "5000"
+	if len(v1) == 2 {
+		v1Limit, v1Usage = v1[0], v1[1]
+	}
+	write("sys/fs/cgroup/memory/v1/path/memory.limit_in_bytes", v1Limit+"\n")
+	write("sys/fs/cgroup/memory/v1/path/memory.usage_in_bytes", v1Usage+"\n")
 	return root
 }
 
@@ -48,6 +55,12 @@ func TestMemoryAvailable(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("%s: %d, %v; want %d", c.name, got, err, c.want)
 		}
+	}
+	if got, err := MemoryAvailable(fakeRoot(t, "2000000", "", "", "1073741824", "1000000000")); err != nil || got != 73741824 {
+		t.Errorf("a cgroup v1 limit: %d, %v; want 73741824", got, err)
+	}
+	if got, err := MemoryAvailable(fakeRoot(t, "2000000", "1073741824", "1000", "1073741824", "1000000000")); err != nil || got != 73741824 {
+		t.Errorf("v1 and v2 limits: %d, %v; want the smaller, 73741824", got, err)
 	}
 	if _, err := MemoryAvailable(fakeRoot(t, "2000000", "lots", "0")); err == nil {
 		t.Error("a memory.max that is not a number: no error")
