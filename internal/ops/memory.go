@@ -3,6 +3,7 @@ package ops
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -112,7 +113,7 @@ func MemoryCollector() prometheus.Collector {
 	}, func() float64 {
 		n, err := MemoryAvailable("/")
 		if err != nil {
-			return -1
+			return math.NaN() // compares false: no alert on a reading that failed
 		}
 		return float64(n)
 	})
