@@ -36,4 +36,7 @@ STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=5s --timeout=4s --start-period=30s --retries=3 \
   CMD ["/usr/local/bin/orderly", "healthcheck", "--url", "http://127.0.0.1:8080/readyz"]
 ENTRYPOINT ["/usr/local/bin/orderly"]
+# The API listens on every interface of the container, so it starts only with
+# tokens (ORDERLY_TOKENS_FILE, a mounted file of "tenant token" lines) or,
+# where something in front authenticates the clients, ORDERLY_HTTP_ANONYMOUS=true.
 CMD ["serve", "--http-addr", "0.0.0.0:8080", "--nats-listen", "0.0.0.0:4222", "--data-dir", "/data"]

@@ -91,6 +91,53 @@ func TestBusyHTTPPortNamesTheFlag(t *testing.T) {
 	}
 }
 
+// TestAPIOnEveryInterfaceNeedsTokens: orderly serve and orderly api on an
+// address other hosts can reach, without --tokens-file, exit non-zero at
+// once, before they create anything, naming the two ways out; with
+// --http-anonymous serve takes orders there.
+func TestAPIOnEveryInterfaceNeedsTokens(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	args, _ := serveArgs(t, dir)
+	port := orderlytest.FreePort(t)
+	everywhere := fmt.Sprintf("0.0.0.0:%d", port)
+	for i := range args {
+		if args[i] == "--http-addr" {
+			args[i+1] = everywhere
+		}
+	}
+	for _, run := range [][]string{args, {"api", "--nats-url", "nats://127.0.0.1:1", "--http-addr", everywhere}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, bin, run...)
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		timedOut := ctx.Err() != nil
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 || timedOut {
+			t.Fatalf("orderly %s: %v (stderr %s), want a non-zero exit at once", run[0], err, stderr.String())
+		}
+		for _, want := range []string{everywhere, "--tokens-file", "--http-anonymous"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("orderly %s said %q; want it to name %q", run[0], stderr.String(), want)
+			}
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused serve left %s behind: %v", dir, err)
+	}
+
+	anonymous := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--http-anonymous"), URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	anonymous.Start() // fails the test unless it gets ready
+	defer anonymous.Kill9()
+	r := orderlytest.Do(t, http.MethodPost, anonymous.URL+"/v1/orders", orderlytest.Order("c-1"), "Content-Type: application/json", "Idempotency-Key: anonymous-1")
+	if r.Status != http.StatusCreated {
+		t.Fatalf("an order with --http-anonymous: %d %s", r.Status, r.Body)
+	}
+}
+
 // TestSlowClientsCannotTakeTheStoresFiles: orderly serve under a limit of
 // 256 open files, and 400 connections that trickle a body (more than the
 // limit). The connection cap keeps the store's files free and the body

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -69,6 +70,11 @@ type Config struct {
 	// HTTPAddr is the listen address of the API, or of the operational
 	// endpoints of a process without the API (host:port; port 0 picks one).
 	HTTPAddr string
+	// HTTPAnonymous lets the API serve /v1 without tokens (API.Tokens) on an
+	// HTTPAddr that other hosts can reach. Without it such a configuration
+	// is refused: anyone who reached the port could place orders. On a
+	// loopback address no tokens are needed.
+	HTTPAnonymous bool
 	// DataDir holds the embedded server's JetStream files.
 	DataDir string
 	// NATSURL, when set, connects to that NATS instead of starting one.
@@ -224,6 +230,22 @@ func DefaultConfig() Config {
 // topology (see Config.OrderIDs).
 const OrderIDsAuto = "auto"
 
+// LoopbackOnly reports whether a listen address (host:port) accepts
+// connections from this host only: its host is a loopback IP or localhost.
+// An empty host, an unspecified address (0.0.0.0, ::) and every other name
+// or address can be reached from other hosts.
+func LoopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
 // Validate reports every problem with c.
 func (c Config) Validate() error {
 	var errs []error
@@ -249,6 +271,10 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("http addr %q: %w", c.HTTPAddr, err))
+	} else if c.Roles.API && len(c.API.Tokens) == 0 && !c.HTTPAnonymous && !LoopbackOnly(c.HTTPAddr) {
+		errs = append(errs, fmt.Errorf("HTTP address %s can be reached from other hosts, and without tokens anyone who reaches it can place orders: "+
+			"give the clients tokens (--tokens-file), listen on loopback (127.0.0.1), "+
+			"or, when something in front of orderly authenticates the clients, allow them in anonymously (--http-anonymous)", c.HTTPAddr))
 	}
 	if c.DecisionLag < 0 {
 		errs = append(errs, fmt.Errorf("decision lag must not be negative, got %s", c.DecisionLag))
@@ -946,6 +972,9 @@ func (s *Server) serveHTTP(h http.Handler) error {
 		}
 	}()
 	s.logger.Info("HTTP listening", "addr", ln.Addr().String(), "api", s.cfg.Roles.API, "max_conns", limit)
+	if s.cfg.Roles.API && len(s.cfg.API.Tokens) == 0 && !LoopbackOnly(s.cfg.HTTPAddr) {
+		s.logger.Warn("the API takes orders without tokens from every host that reaches its address (anonymous clients allowed)", "addr", ln.Addr().String())
+	}
 	return nil
 }
 

@@ -1,0 +1,71 @@
+package server_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/orderly-dev/orderly/internal/server"
+)
+
+// TestAPIReachableFromOtherHostsNeedsTokens: an API that other hosts can
+// reach is refused without tokens (anyone who reached it could place
+// orders), unless anonymous clients are allowed explicitly; on loopback no
+// tokens are needed, and a process without the API (its /healthz, /readyz
+// and /metrics only) may listen anywhere.
+func TestAPIReachableFromOtherHostsNeedsTokens(t *testing.T) {
+	t.Parallel()
+	for addr, loopback := range map[string]bool{
+		"127.0.0.1:8080":        true,
+		"127.0.0.53:0":          true,
+		"[::1]:8080":            true,
+		"[::ffff:127.0.0.1]:80": true,
+		"localhost:8080":        true,
+		"LOCALHOST:8080":        true,
+		"0.0.0.0:8080":          false,
+		":8080":                 false,
+		"[::]:8080":             false,
+		"10.0.0.5:8080":         false,
+		"[fe80::1%eth0]:8080":   false,
+		"orderly.example:8080":  false,
+		"localhost.example:80":  false,
+		"127.0.0.1":             false, // no port: not an address at all
+	} {
+		if got := server.LoopbackOnly(addr); got != loopback {
+			t.Errorf("LoopbackOnly(%q) = %v, want %v", addr, got, loopback)
+		}
+	}
+
+	const refused = "can be reached from other hosts, and without tokens anyone who reaches it can place orders"
+	for _, c := range []struct {
+		name      string
+		addr      string
+		roles     server.Roles
+		tokens    map[string]string
+		anonymous bool
+		ok        bool
+	}{
+		{"serve on every interface", "0.0.0.0:8080", server.DefaultRoles, nil, false, false},
+		{"serve on every interface, port only", ":8080", server.DefaultRoles, nil, false, false},
+		{"the API alone on a LAN address", "10.0.0.5:8080", server.Roles{API: true}, nil, false, false},
+		{"serve on loopback", "127.0.0.1:8080", server.DefaultRoles, nil, false, true},
+		{"serve on every interface with tokens", "0.0.0.0:8080", server.DefaultRoles, map[string]string{"t0ken": "t1"}, false, true},
+		{"serve on every interface, anonymous allowed", "0.0.0.0:8080", server.DefaultRoles, nil, true, true},
+		{"a processor's operational endpoints", "0.0.0.0:8080", server.Roles{Processor: true}, nil, false, true},
+	} {
+		cfg := server.DefaultConfig()
+		cfg.HTTPAddr, cfg.Roles, cfg.API.Tokens, cfg.HTTPAnonymous = c.addr, c.roles, c.tokens, c.anonymous
+		err := cfg.Validate()
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), refused)):
+			t.Errorf("%s: %v, want it refused", c.name, err)
+		case !c.ok:
+			for _, flag := range []string{c.addr, "--tokens-file", "--http-anonymous"} {
+				if !strings.Contains(err.Error(), flag) {
+					t.Errorf("%s: %q does not name %s", c.name, err, flag)
+				}
+			}
+		}
+	}
+}
