@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/server"
 )
 
@@ -66,6 +67,37 @@ func TestAPIReachableFromOtherHostsNeedsTokens(t *testing.T) {
 					t.Errorf("%s: %q does not name %s", c.name, err, flag)
 				}
 			}
+		}
+	}
+}
+
+// TestProfilesOnlyOnLoopback: Go profiles have no authentication (and
+// /debug/pprof/cmdline shows the command line), so their addresses must be
+// loopback ones, tokens or not.
+func TestProfilesOnlyOnLoopback(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, pprof, natsPprof string
+		ok                     bool
+	}{
+		{"pprof on loopback", "127.0.0.1:6060", "", true},
+		{"both on loopback", "localhost:6060", "[::1]:6061", true},
+		{"pprof on every interface", "0.0.0.0:6060", "", false},
+		{"pprof on a port only", ":6060", "", false},
+		{"the server's on a LAN address", "", "10.0.0.5:6061", false},
+	} {
+		cfg := server.DefaultConfig()
+		cfg.API.Tokens = map[string]string{"t0ken": "t1"}
+		cfg.PprofAddr, cfg.NATSPprofAddr = c.pprof, c.natsPprof
+		if c.natsPprof != "" {
+			cfg.NATSProcess = natsserver.Child
+		}
+		err := cfg.Validate()
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), "Go profiles have no authentication") || !strings.Contains(err.Error(), c.pprof+c.natsPprof)):
+			t.Errorf("%s: %v, want it refused, naming the address", c.name, err)
 		}
 	}
 }

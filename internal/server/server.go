@@ -261,6 +261,13 @@ func (c Config) Validate() error {
 	if c.NATSURL == "" && c.NATSProcess != natsserver.Child && c.NATSProcess != natsserver.InProcess {
 		errs = append(errs, fmt.Errorf("NATS process must be %s or %s, got %q", natsserver.Child, natsserver.InProcess, c.NATSProcess))
 	}
+	for _, a := range []struct{ name, addr string }{{"pprof address", c.PprofAddr}, {"NATS pprof address", c.NATSPprofAddr}} {
+		// Profiles have no authentication, and /debug/pprof/cmdline shows
+		// the command line with any secret given as a flag.
+		if a.addr != "" && !LoopbackOnly(a.addr) {
+			errs = append(errs, fmt.Errorf("%s %s can be reached from other hosts, and Go profiles have no authentication: listen on loopback, such as 127.0.0.1:6060, and reach it through an SSH tunnel or kubectl port-forward", a.name, a.addr))
+		}
+	}
 	if c.NATSPprofAddr != "" && (c.NATSURL != "" || c.NATSProcess != natsserver.Child) {
 		errs = append(errs, errors.New("NATS pprof address: only for an embedded server in its own process (in process, the pprof address profiles both)"))
 	}
