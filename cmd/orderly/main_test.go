@@ -240,7 +240,7 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 	}
 
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("tenant-a s3cret-bearer-a\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("tenant-a s3cret-bearer-token-a\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	args, url := serveArgs(t, filepath.Join(t.TempDir(), "data"))
@@ -248,7 +248,7 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 	p := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--tokens-file", tokens, "--log-level", "debug"), URL: url, Output: out}
 	p.Start()
 	t.Cleanup(p.Kill9)
-	for _, token := range []string{"s3cret-bearer-a", "s3cret-bearer-wrong"} {
+	for _, token := range []string{"s3cret-bearer-token-a", "s3cret-bearer-wrong"} {
 		r := orderlytest.Do(t, http.MethodPost, url+"/v1/orders", orderlytest.Order("c-1"), "Content-Type: application/json",
 			"Idempotency-Key: k", "Authorization: Bearer "+token)
 		if bytes.Contains(r.Body, []byte("s3cret")) {

@@ -80,7 +80,7 @@ type APIFlags struct {
 	IdleTimeout    time.Duration `name:"http-idle-timeout" env:"ORDERLY_HTTP_IDLE_TIMEOUT" default:"60s" help:"How long a keep-alive connection may stay idle."`
 	MaxHeaderBytes int           `name:"http-max-header-bytes" env:"ORDERLY_HTTP_MAX_HEADER_BYTES" default:"32768" help:"Largest size of a request's headers (431 above)."`
 	MaxConns       int           `name:"http-max-conns" env:"ORDERLY_HTTP_MAX_CONNS" default:"0" help:"Most HTTP connections open at once; more wait in the listen queue, so that clients never take the file descriptors the store needs. 0: half of the open-file limit (ulimit -n), between 64 and 16384."`
-	TokensFile     string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines. When set, requests need Authorization: Bearer <token> and keys are scoped by tenant. Needed when --http-addr can be reached from other hosts, unless --http-anonymous."`
+	TokensFile     string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines (random tokens of at least 16 characters). When set, requests need Authorization: Bearer <token> and keys are scoped by tenant. Needed when --http-addr can be reached from other hosts, unless --http-anonymous."`
 	HTTPAnonymous  bool          `name:"http-anonymous" env:"ORDERLY_HTTP_ANONYMOUS" help:"Serve /v1 without --tokens-file on an --http-addr that other hosts can reach (every client is tenant default). Without it orderly refuses to start there: anyone who reached the port could place orders. Only where something in front of orderly authenticates the clients, or every host that can reach the port is trusted. On a loopback address no tokens are needed."`
 	ResultCache    int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"16384" help:"How many completed results the API keeps in memory for replays (about 1 KiB each)."`
 	OrderIDs       string        `name:"order-ids" env:"ORDERLY_ORDER_IDS" enum:"auto,nonce,keyed" default:"auto" help:"Form of the IDs of new orders. keyed: ord_ + 13 characters of the command's sequence + 20 of the hashed idempotency key; the order's event, on orders.events.<kind>.<key>.<seq>, is its key's claim (two stored messages per order, nothing in ORDER_RESULTS), and an order that loses its key stores no event and reads as 303 to the holder (docs/adr/0010). nonce: ord_ + the sequence + 13 random characters, the key claimed in ORDER_RESULTS. auto: the form stored with the topology (keyed when this version created it; orderly setup --order-ids changes it), followed as it changes."`
@@ -288,6 +288,9 @@ func runServer(g *globals, cfg server.Config, memoryLimit string) error {
 	return failure
 }
 
+// MinTokenLength is the fewest characters a token of --tokens-file may have.
+const MinTokenLength = 16
+
 // readTokens reads 'tenant token' lines; blank lines and # comments are skipped.
 func readTokens(path string) (map[string]string, error) {
 	f, err := os.Open(path)
@@ -305,6 +308,9 @@ func readTokens(path string) (map[string]string, error) {
 		fields := strings.Fields(line)
 		if len(fields) != 2 {
 			return nil, fmt.Errorf("tokens file %s line %d: want 'tenant token'", path, n)
+		}
+		if len(fields[1]) < MinTokenLength {
+			return nil, fmt.Errorf("tokens file %s line %d: the token of tenant %s has %d characters, fewer than %d, and could be guessed: use a random one, such as the output of openssl rand -base64 24", path, n, fields[0], len(fields[1]), MinTokenLength)
 		}
 		if prev, dup := tokens[fields[1]]; dup {
 			return nil, fmt.Errorf("tokens file %s line %d: token already used by tenant %s", path, n, prev)

@@ -2,6 +2,9 @@ package main
 
 import (
 	"io"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -109,5 +112,42 @@ func TestRolesTakeTheirOwnFlags(t *testing.T) {
 	cli := parseCLI(t, "processor --nats-url nats://x --processor-concurrency 64")
 	if cfg := cli.Processor.RunFlags.config(server.Roles{Processor: true}); cfg.HTTPAddr != "127.0.0.1:8080" {
 		t.Errorf("processor http addr %q", cfg.HTTPAddr)
+	}
+}
+
+// TestTokensFile: 'tenant token' lines, blank lines and comments skipped; a
+// token that could be guessed, a line of another shape, a token of two
+// tenants and a file without tokens are refused, naming the line but never
+// the token.
+func TestTokensFile(t *testing.T) {
+	t.Parallel()
+	write := func(content string) string {
+		path := filepath.Join(t.TempDir(), "tokens")
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	got, err := readTokens(write("# clients\n\ntenant-a 3f9c2d7e8b1a4c6d0e5f\n  tenant-b   Zm9vYmFyYmF6cXV4cXV1eA  \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"3f9c2d7e8b1a4c6d0e5f": "tenant-a", "Zm9vYmFyYmF6cXV4cXV1eA": "tenant-b"}; !maps.Equal(got, want) {
+		t.Fatalf("tokens %v, want %v", got, want)
+	}
+	for content, want := range map[string]string{
+		"tenant-a 3f9c2d7e8b1a4c6d0e5f\ntenant-b guessable-tok\n": "line 2: the token of tenant tenant-b has 13 characters, fewer than 16",
+		"tenant-a\n":                                       "line 1: want 'tenant token'",
+		"tenant-a 3f9c2d7e8b1a4c6d0e5f extra\n":            "line 1: want 'tenant token'",
+		"a 3f9c2d7e8b1a4c6d0e5f\nb 3f9c2d7e8b1a4c6d0e5f\n": "line 2: token already used by tenant a",
+		"# nobody yet\n":                                   "holds no tokens",
+	} {
+		_, err := readTokens(write(content))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", content, err, want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "guessable") || strings.Contains(err.Error(), "3f9c")) {
+			t.Errorf("%q: the error shows the token: %v", content, err)
+		}
 	}
 }

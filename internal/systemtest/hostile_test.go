@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,10 +26,6 @@ import (
 func TestHostileOrderIDs(t *testing.T) {
 	t.Parallel()
 	cfg := orderlytest.Config(t)
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("tenant-a token-a\ntenant-b token-b\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg.API.Tokens = map[string]string{"token-a": "tenant-a", "token-b": "tenant-b"}
 	inst := orderlytest.Start(t, cfg)
 	created := inst.PostOrder(t, "hostile-1", orderlytest.Order("c-secret"), "Authorization: Bearer token-a")
