@@ -94,7 +94,7 @@ func TestBusyHTTPPortNamesTheFlag(t *testing.T) {
 // TestAPIOnEveryInterfaceNeedsTokens: orderly serve and orderly api on an
 // address other hosts can reach, without --tokens-file, exit non-zero at
 // once, before they create anything, naming the two ways out; with
-// --http-anonymous serve takes orders there.
+// --http-anonymous serve warns that it does, and takes orders there.
 func TestAPIOnEveryInterfaceNeedsTokens(t *testing.T) {
 	t.Parallel()
 	bin := orderlytest.BuildOrderly(t)
@@ -129,9 +129,13 @@ func TestAPIOnEveryInterfaceNeedsTokens(t *testing.T) {
 		t.Fatalf("the refused serve left %s behind: %v", dir, err)
 	}
 
-	anonymous := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--http-anonymous"), URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	out := &orderlytest.Buffer{}
+	anonymous := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--http-anonymous"), URL: fmt.Sprintf("http://127.0.0.1:%d", port), Output: out}
 	anonymous.Start() // fails the test unless it gets ready
 	defer anonymous.Kill9()
+	if !strings.Contains(out.String(), "level=WARN") || !strings.Contains(out.String(), "takes orders without tokens from every host") {
+		t.Errorf("no warning that the API is open to every host:\n%s", out)
+	}
 	r := orderlytest.Do(t, http.MethodPost, anonymous.URL+"/v1/orders", orderlytest.Order("c-1"), "Content-Type: application/json", "Idempotency-Key: anonymous-1")
 	if r.Status != http.StatusCreated {
 		t.Fatalf("an order with --http-anonymous: %d %s", r.Status, r.Body)

@@ -971,6 +971,10 @@ func (s *Server) serveHTTP(h http.Handler) error {
 			}
 		},
 	}
+	// Said before the first request can be answered.
+	if s.cfg.Roles.API && len(s.cfg.API.Tokens) == 0 && !LoopbackOnly(s.cfg.HTTPAddr) {
+		s.logger.Warn("the API takes orders without tokens from every host that reaches its address (anonymous clients allowed)", "addr", ln.Addr().String())
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -979,9 +983,6 @@ func (s *Server) serveHTTP(h http.Handler) error {
 		}
 	}()
 	s.logger.Info("HTTP listening", "addr", ln.Addr().String(), "api", s.cfg.Roles.API, "max_conns", limit)
-	if s.cfg.Roles.API && len(s.cfg.API.Tokens) == 0 && !LoopbackOnly(s.cfg.HTTPAddr) {
-		s.logger.Warn("the API takes orders without tokens from every host that reaches its address (anonymous clients allowed)", "addr", ln.Addr().String())
-	}
 	return nil
 }
 
