@@ -16,6 +16,7 @@ import (
 	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/progress"
+	"github.com/orderly-dev/orderly/internal/termsafe"
 )
 
 // DLQCmd groups the dead-letter tools.
@@ -42,12 +43,12 @@ func (c *DLQListCmd) Run(g *globals) error {
 	err = admin.DeadLetters(g.ctx, js, func(d admin.DeadLetter) error {
 		n++
 		if c.JSON {
-			return json.NewEncoder(os.Stdout).Encode(d)
+			return printJSON(os.Stdout, d, false)
 		}
 		if n == 1 {
 			fmt.Fprintln(tw, "SEQ\tDEAD-LETTERED\tORDER\tTENANT\tNOW\tREASON")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", d.Seq, d.Time.UTC().Format(time.RFC3339), orNone(d.OrderID), orNone(d.Tenant), d.Decision, d.Reason)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", d.Seq, d.Time.UTC().Format(time.RFC3339), safe(orNone(d.OrderID)), safe(orNone(d.Tenant)), safe(d.Decision), safe(d.Reason))
 		return nil
 	})
 	_ = tw.Flush()
@@ -97,19 +98,19 @@ func (c *DLQReplayCmd) Run(g *globals) error {
 	}
 	failed := 0
 	for i, d := range todo {
-		fmt.Fprintf(os.Stderr, "[%d/%d] dead letter %d (order %s)\n", i+1, len(todo), d.Seq, orNone(d.OrderID))
+		fmt.Fprintf(os.Stderr, "[%d/%d] dead letter %d (order %s)\n", i+1, len(todo), d.Seq, safe(orNone(d.OrderID)))
 		res, err := admin.Replay(g.ctx, js, d, admin.ReplayOptions{Wait: c.Wait, Keep: c.Keep || c.Wait == 0})
 		if err != nil {
 			failed++
-			fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
+			fmt.Fprintf(os.Stderr, "  failed: %s\n", safe(err.Error()))
 			continue
 		}
 		g.logger.Info("dead letter replayed", "seq", d.Seq, "order_id", d.OrderID, "outcome", res.Outcome, "decision", res.Decision,
 			"deleted", res.Deleted, "by", operatorName())
 		if c.JSON {
-			_ = json.NewEncoder(os.Stdout).Encode(res)
+			_ = printJSON(os.Stdout, res, false)
 		} else {
-			fmt.Printf("%d\t%s\t%s\t%s\n", res.Seq, orNone(res.OrderID), res.Decision, res.Outcome)
+			fmt.Printf("%d\t%s\t%s\t%s\n", res.Seq, safe(orNone(res.OrderID)), safe(res.Decision), safe(res.Outcome))
 		}
 	}
 	if failed > 0 {
@@ -170,9 +171,7 @@ func (c *KeysGetCmd) Run(g *globals) error {
 	}
 	defer closeNC()
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(k)
+		return printJSON(os.Stdout, k, true)
 	}
 	printKey(os.Stdout, k)
 	return nil
@@ -186,22 +185,22 @@ func printKey(w io.Writer, k admin.Key) {
 		fmt.Fprintf(tw, "state:\tnone (never used, expired, or evicted): the next request with the key makes a new order\n")
 		return
 	}
-	fmt.Fprintf(tw, "state:\t%s\n", k.State)
+	fmt.Fprintf(tw, "state:\t%s\n", safe(string(k.State)))
 	if k.Source == events.EventStream {
 		fmt.Fprintf(tw, "held by:\tthe order's event in %s (a keyed order: its event is its key's claim)\n", k.Source)
 	}
-	fmt.Fprintf(tw, "order:\t%s (%s)\n", k.OrderID, k.Decision)
+	fmt.Fprintf(tw, "order:\t%s (%s)\n", safe(k.OrderID), safe(k.Decision))
 	if k.Queued {
 		fmt.Fprintf(tw, "\tits command waits for a processor\n")
 	}
-	fmt.Fprintf(tw, "fingerprint:\t%s\n", k.Fingerprint)
+	fmt.Fprintf(tw, "fingerprint:\t%s\n", safe(k.Fingerprint))
 	fmt.Fprintf(tw, "stored:\t%s\n", k.Stored.UTC().Format(time.RFC3339))
 	if !k.Expires.IsZero() {
 		fmt.Fprintf(tw, "expires:\t%s (in %s)\n", k.Expires.UTC().Format(time.RFC3339), time.Until(k.Expires).Round(time.Second))
 	}
 	if r := k.Response; r != nil {
-		fmt.Fprintf(tw, "response:\t%d %s, Location %s\n", r.Status, r.ContentType, orNone(r.Location))
-		fmt.Fprintf(tw, "body:\t%s\n", r.Body)
+		fmt.Fprintf(tw, "response:\t%d %s, Location %s\n", r.Status, safe(r.ContentType), safe(orNone(r.Location)))
+		fmt.Fprintf(tw, "body:\t%s\n", safe(r.Body))
 	}
 }
 
@@ -319,4 +318,25 @@ func (b *streamBars) finish(complete bool) {
 		b.bar.Finish(complete)
 		b.bar = nil
 	}
+}
+
+// safe is s as it may be printed: what the tools print of dead letters,
+// keys and events was written by other processes (termsafe).
+func safe(s string) string { return termsafe.String(s) }
+
+// printJSON writes v as one JSON document (indented or on one line), made
+// safe for a terminal; it stays valid JSON with the same values.
+func printJSON(w io.Writer, v any, indent bool) error {
+	var b []byte
+	var err error
+	if indent {
+		b, err = json.MarshalIndent(v, "", "  ")
+	} else {
+		b, err = json.Marshal(v)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, termsafe.Bytes(b))
+	return err
 }

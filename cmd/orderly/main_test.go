@@ -18,6 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -319,5 +323,29 @@ func TestOperatorTools(t *testing.T) {
 	}
 	if out, err := tool("dlq", "replay"); err == nil || !strings.Contains(out, "--all") {
 		t.Errorf("dlq replay without arguments: %v\n%s", err, out)
+	}
+
+	// A dead letter is written by another process: one whose reason and
+	// command hold terminal escapes (published here as the operator) is
+	// listed with them escaped, in both forms.
+	js, err := jsstore.DialJetStream("nats://"+natsListen, jsstore.Credentials{NkeyFile: filepath.Join(dir, "credentials", "operator.nk")}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := &nats.Msg{Subject: events.DeadLetterSubject, Header: nats.Header{"reason_poisoned": []string{"boom \x1b]0;pwned\x07\u202e"}},
+		Data: []byte("{\"tenant\":\"t\x1b[2J\x9b\xff\"}")}
+	if _, err := js.PublishMsg(context.Background(), hostile); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"dlq", "list"}, {"dlq", "list", "--json"}} {
+		out, err := tool(args...)
+		if err != nil || !strings.Contains(out, `boom \u001b]0;pwned\u0007\u202e`) {
+			t.Errorf("%s: %v, the reason not shown escaped:\n%q", args, err, out)
+		}
+		for _, c := range []string{"\x1b", "\x07", "\u202e", "\x9b", "\xff"} {
+			if strings.Contains(out, c) {
+				t.Errorf("%s: the output holds %q:\n%q", args, c, out)
+			}
+		}
 	}
 }

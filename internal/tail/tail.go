@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/termsafe"
 )
 
 // Options say which events to print and how.
@@ -78,12 +79,15 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 	}
 }
 
+// print writes an event, as stored or summed up, made safe for a terminal
+// (termsafe): the stream is written by other processes. A stored event that
+// is valid JSON stays valid, with the same values.
 func print(w io.Writer, data []byte, asJSON bool) error {
 	if asJSON {
-		_, err := fmt.Fprintf(w, "%s\n", data)
+		_, err := fmt.Fprintln(w, termsafe.Bytes(data))
 		return err
 	}
-	_, err := fmt.Fprintln(w, Summary(data))
+	_, err := fmt.Fprintln(w, termsafe.String(Summary(data)))
 	return err
 }
 

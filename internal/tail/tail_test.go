@@ -3,6 +3,7 @@ package tail_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -73,5 +74,48 @@ func TestTail(t *testing.T) {
 	}
 	if got := strings.Count(out.String(), "\n"); got != 3 {
 		t.Fatalf("follow printed %d lines, want 3 (2 created before, 1 new):\n%s", got, out.String())
+	}
+}
+
+// TestTailPrintsHostileEventsSafely: events are written by other processes;
+// one whose fields hold terminal escapes and direction overrides (here
+// published as the operator), or that is not even JSON, is printed with
+// those characters escaped, in both forms, and a stored JSON event stays
+// valid JSON.
+func TestTailPrintsHostileEventsSafely(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	js := inst.JetStream(t)
+	ctx := context.Background()
+	subject := events.EventSubject(events.KindCreated, "ord_0000000000001WWZAD2XPDAXP2")
+	hostile := `{"specversion":"1.0","id":"ord_0000000000001WWZAD2XPDAXP2.created","source":"orderly","type":"orderly.order.created.v1",` +
+		`"subject":"ord_0000000000001WWZAD2XPDAXP2","time":"2026-12-03T10:00:00Z","datacontenttype":"application/json",` +
+		`"data":{"order_id":"ord_0000000000001WWZAD2XPDAXP2","tenant":"t\u202eevil","customer_id":"c\u001b]0;pwned\u0007\u001b[2J","currency":"EUR","items":[],"total":100}}`
+	for _, data := range []string{hostile, "not json \x1b[31m\x9b\xff"} {
+		if _, err := js.Publish(ctx, subject, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, asJSON := range []bool{false, true} {
+		var out bytes.Buffer
+		if n, err := tail.Tail(ctx, js, tail.Options{JSON: asJSON}, &out); err != nil || n != 2 {
+			t.Fatalf("json %v: %d events, %v", asJSON, n, err)
+		}
+		for _, c := range []string{"\x1b", "\x07", "\u202e", "\x9b", "\xff"} {
+			if strings.Contains(out.String(), c) {
+				t.Errorf("json %v: the output holds %q:\n%q", asJSON, c, out.String())
+			}
+		}
+		want := `customer=c\u001b]0;pwned\u0007\u001b[2J`
+		if asJSON {
+			want = hostile
+			first, _, _ := strings.Cut(out.String(), "\n")
+			if !json.Valid([]byte(first)) {
+				t.Errorf("the stored event is no longer valid JSON: %s", first)
+			}
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("json %v: %q not in\n%s", asJSON, want, out.String())
+		}
 	}
 }
