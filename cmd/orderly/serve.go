@@ -288,6 +288,9 @@ func runServer(g *globals, cfg server.Config, memoryLimit string) error {
 	return failure
 }
 
+// errNoTokens is readTokens' error for a file without a token.
+var errNoTokens = errors.New("holds no tokens")
+
 // MinTokenLength is the fewest characters a token of --tokens-file may have.
 const MinTokenLength = 16
 
@@ -310,7 +313,7 @@ func readTokens(path string) (map[string]string, error) {
 			return nil, fmt.Errorf("tokens file %s line %d: want 'tenant token'", path, n)
 		}
 		if len(fields[1]) < MinTokenLength {
-			return nil, fmt.Errorf("tokens file %s line %d: the token of tenant %s has %d characters, fewer than %d, and could be guessed: use a random one, such as the output of openssl rand -base64 24", path, n, fields[0], len(fields[1]), MinTokenLength)
+			return nil, fmt.Errorf("tokens file %s line %d: the token of tenant %s has %d characters, fewer than %d, and could be guessed: use a random one (orderly tokens add %s --tokens-file %s adds one)", path, n, fields[0], len(fields[1]), MinTokenLength, fields[0], path)
 		}
 		if prev, dup := tokens[fields[1]]; dup {
 			return nil, fmt.Errorf("tokens file %s line %d: token already used by tenant %s", path, n, prev)
@@ -321,7 +324,7 @@ func readTokens(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("tokens file: %w", err)
 	}
 	if len(tokens) == 0 {
-		return nil, fmt.Errorf("tokens file %s holds no tokens", path)
+		return nil, fmt.Errorf("tokens file %s %w", path, errNoTokens)
 	}
 	return tokens, nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"crypto/rand"
 	"io"
 	"maps"
 	"os"
@@ -150,4 +152,63 @@ func TestTokensFile(t *testing.T) {
 			t.Errorf("%q: the error shows the token: %v", content, err)
 		}
 	}
+}
+
+// TestTokensAdd: orderly tokens add appends a random token of 32 characters
+// for a tenant to a file of mode 0600 that --tokens-file then reads, keeps
+// the lines there, and refuses a tenant it could not read back and a file
+// --tokens-file would refuse.
+func TestTokensAdd(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens")
+	first, err := addToken(path, "tenant-a", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("tokens file: %v, mode %v", err, info.Mode())
+	}
+	if err := os.WriteFile(path, append(must(os.ReadFile(path)), "# no newline at the end"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second, err := addToken(path, "tenant.b_2", bytes.NewReader(bytes.Repeat([]byte{0xff}, 24)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second != strings.Repeat("_", 32) {
+		t.Errorf("the token of 24 bytes 0xff is %q, want their base64url", second)
+	}
+	got, err := readTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{first: "tenant-a", second: "tenant.b_2"}; !maps.Equal(got, want) || len(first) != 32 {
+		t.Fatalf("tokens %v, want %v (first %q)", got, want, first)
+	}
+
+	for _, tenant := range []string{"", "two words", "t\x1b", strings.Repeat("t", 65), "#comment"} {
+		if _, err := addToken(path, tenant, rand.Reader); err == nil {
+			t.Errorf("tenant %q accepted", tenant)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "bad")
+	if err := os.WriteFile(bad, []byte("tenant-a short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := addToken(bad, "tenant-b", rand.Reader); err == nil || !strings.Contains(err.Error(), "fewer than 16") {
+		t.Errorf("a file --tokens-file refuses: %v", err)
+	}
+	if got := string(must(os.ReadFile(bad))); got != "tenant-a short\n" {
+		t.Errorf("the refused file was changed: %q", got)
+	}
+	if _, err := addToken(filepath.Join(t.TempDir(), "x"), "t", bytes.NewReader(make([]byte, 5))); err == nil {
+		t.Error("a token from 5 random bytes")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
