@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -325,18 +326,22 @@ func (b *streamBars) finish(complete bool) {
 func safe(s string) string { return termsafe.String(s) }
 
 // printJSON writes v as one JSON document (indented or on one line), made
-// safe for a terminal; it stays valid JSON with the same values.
+// safe for a terminal; it stays valid JSON with the same values. It is
+// made safe while compact, where every character termsafe escapes stands
+// inside a string, and indented after.
 func printJSON(w io.Writer, v any, indent bool) error {
-	var b []byte
-	var err error
-	if indent {
-		b, err = json.MarshalIndent(v, "", "  ")
-	} else {
-		b, err = json.Marshal(v)
-	}
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(w, termsafe.Bytes(b))
+	b = []byte(termsafe.Bytes(b))
+	if indent {
+		var out bytes.Buffer
+		if err := json.Indent(&out, b, "", "  "); err != nil {
+			return err
+		}
+		b = out.Bytes()
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
 }

@@ -27,7 +27,7 @@ type EventsTailCmd struct {
 	Type   string        `name:"type" default:"all" enum:"all,created,rejected" help:"Which events: created, rejected or all."`
 	Since  time.Duration `name:"since" default:"0s" help:"Only events of the last DURATION, such as 1h; 0 prints every stored event."`
 	Follow bool          `name:"follow" short:"f" help:"Keep printing new events until interrupted."`
-	JSON   bool          `name:"json" help:"Print each event as stored (CloudEvents JSON), one per line."`
+	JSON   bool          `name:"json" help:"Print each event as stored (CloudEvents JSON), one per line (compacted, with characters that could control a terminal escaped)."`
 }
 
 // Run prints the events.

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -203,6 +205,32 @@ func TestTokensAdd(t *testing.T) {
 	}
 	if _, err := addToken(filepath.Join(t.TempDir(), "x"), "t", bytes.NewReader(make([]byte, 5))); err == nil {
 		t.Error("a token from 5 random bytes")
+	}
+}
+
+// TestPrintJSONStaysValid: the tools' --json output, made safe for a
+// terminal, is valid JSON with the same values, indented or not.
+func TestPrintJSONStaysValid(t *testing.T) {
+	t.Parallel()
+	v := map[string]any{"reason": "boom \x1b]0;pwned\x07\u202e", "lines": []any{"a\nb", 1.0}}
+	for _, indent := range []bool{false, true} {
+		var out bytes.Buffer
+		if err := printJSON(&out, v, indent); err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			t.Fatalf("indent %v: not JSON: %v\n%s", indent, err, out.String())
+		}
+		if fmt.Sprint(got) != fmt.Sprint(v) {
+			t.Errorf("indent %v: decoded %v, want %v", indent, got, v)
+		}
+		if strings.ContainsAny(out.String(), "\x1b\x07\u202e") {
+			t.Errorf("indent %v: raw controls in %q", indent, out.String())
+		}
+		if lines := strings.Count(out.String(), "\n"); (lines > 1) != indent {
+			t.Errorf("indent %v: %d lines:\n%s", indent, lines, out.String())
+		}
 	}
 }
 

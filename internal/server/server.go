@@ -246,6 +246,13 @@ func LoopbackOnly(addr string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
+// anonymousBeyondLoopback reports whether c serves /v1 without tokens on an
+// address other hosts can reach: refused without HTTPAnonymous, warned of
+// with it.
+func (c Config) anonymousBeyondLoopback() bool {
+	return c.Roles.API && len(c.API.Tokens) == 0 && !LoopbackOnly(c.HTTPAddr)
+}
+
 // Validate reports every problem with c.
 func (c Config) Validate() error {
 	var errs []error
@@ -278,7 +285,7 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("http addr %q: %w", c.HTTPAddr, err))
-	} else if c.Roles.API && len(c.API.Tokens) == 0 && !c.HTTPAnonymous && !LoopbackOnly(c.HTTPAddr) {
+	} else if c.anonymousBeyondLoopback() && !c.HTTPAnonymous {
 		errs = append(errs, fmt.Errorf("HTTP address %s can be reached from other hosts, and without tokens anyone who reaches it can place orders: "+
 			"give the clients tokens (--tokens-file), listen on loopback (127.0.0.1), "+
 			"or, when something in front of orderly authenticates the clients, allow them in anonymously (--http-anonymous)", c.HTTPAddr))
@@ -972,7 +979,7 @@ func (s *Server) serveHTTP(h http.Handler) error {
 		},
 	}
 	// Said before the first request can be answered.
-	if s.cfg.Roles.API && len(s.cfg.API.Tokens) == 0 && !LoopbackOnly(s.cfg.HTTPAddr) {
+	if s.cfg.anonymousBeyondLoopback() {
 		s.logger.Warn("the API takes orders without tokens from every host that reaches its address (anonymous clients allowed)", "addr", ln.Addr().String())
 	}
 	s.wg.Add(1)

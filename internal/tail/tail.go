@@ -3,6 +3,7 @@
 package tail
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,9 +82,15 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 
 // print writes an event, as stored or summed up, made safe for a terminal
 // (termsafe): the stream is written by other processes. A stored event that
-// is valid JSON stays valid, with the same values.
+// is valid JSON stays valid, with the same values, on one line: it is
+// compacted first (orderly stores events compact), so that every character
+// termsafe escapes stands inside a string.
 func print(w io.Writer, data []byte, asJSON bool) error {
 	if asJSON {
+		var compact bytes.Buffer
+		if json.Compact(&compact, data) == nil {
+			data = compact.Bytes()
+		}
 		_, err := fmt.Fprintln(w, termsafe.Bytes(data))
 		return err
 	}

@@ -81,7 +81,7 @@ func TestTail(t *testing.T) {
 // one whose fields hold terminal escapes and direction overrides (here
 // published as the operator), or that is not even JSON, is printed with
 // those characters escaped, in both forms, and a stored JSON event stays
-// valid JSON.
+// valid JSON on one line, an indented one too.
 func TestTailPrintsHostileEventsSafely(t *testing.T) {
 	t.Parallel()
 	inst := orderlytest.Start(t, orderlytest.Config(t))
@@ -91,14 +91,15 @@ func TestTailPrintsHostileEventsSafely(t *testing.T) {
 	hostile := `{"specversion":"1.0","id":"ord_0000000000001WWZAD2XPDAXP2.created","source":"orderly","type":"orderly.order.created.v1",` +
 		`"subject":"ord_0000000000001WWZAD2XPDAXP2","time":"2026-12-03T10:00:00Z","datacontenttype":"application/json",` +
 		`"data":{"order_id":"ord_0000000000001WWZAD2XPDAXP2","tenant":"t\u202eevil","customer_id":"c\u001b]0;pwned\u0007\u001b[2J","currency":"EUR","items":[],"total":100}}`
-	for _, data := range []string{hostile, "not json \x1b[31m\x9b\xff"} {
+	pretty := "{\n  \"type\": \"orderly.order.created.v1\",\n  \"subject\": \"s\\u001b[2J\"\n}"
+	for _, data := range []string{hostile, "not json \x1b[31m\x9b\xff", pretty} {
 		if _, err := js.Publish(ctx, subject, []byte(data)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, asJSON := range []bool{false, true} {
 		var out bytes.Buffer
-		if n, err := tail.Tail(ctx, js, tail.Options{JSON: asJSON}, &out); err != nil || n != 2 {
+		if n, err := tail.Tail(ctx, js, tail.Options{JSON: asJSON}, &out); err != nil || n != 3 {
 			t.Fatalf("json %v: %d events, %v", asJSON, n, err)
 		}
 		for _, c := range []string{"\x1b", "\x07", "\u202e", "\x9b", "\xff"} {
@@ -109,9 +110,17 @@ func TestTailPrintsHostileEventsSafely(t *testing.T) {
 		want := `customer=c\u001b]0;pwned\u0007\u001b[2J`
 		if asJSON {
 			want = hostile
-			first, _, _ := strings.Cut(out.String(), "\n")
-			if !json.Valid([]byte(first)) {
-				t.Errorf("the stored event is no longer valid JSON: %s", first)
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 3 {
+				t.Fatalf("%d lines, want one per event:\n%s", len(lines), out.String())
+			}
+			for _, i := range []int{0, 2} { // the two stored as valid JSON, the second indented
+				if !json.Valid([]byte(lines[i])) {
+					t.Errorf("stored event %d is no longer valid JSON: %s", i+1, lines[i])
+				}
+			}
+			if want := `{"type":"orderly.order.created.v1","subject":"s\u001b[2J"}`; lines[2] != want {
+				t.Errorf("the indented event printed as %s, want %s", lines[2], want)
 			}
 		}
 		if !strings.Contains(out.String(), want) {

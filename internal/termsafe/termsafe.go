@@ -14,10 +14,11 @@ import (
 // String returns s with every character that could control a terminal or
 // reorder the text around it written as a JSON escape (\u001b), and every
 // byte that is not UTF-8 as \ufffd: C0 and C1 controls, DEL, and the
-// Unicode marks that change the direction of text. A JSON document stays
-// valid and means the same, since such characters may only stand inside
-// its strings, where the escape is theirs; anything else printable is
-// left as it is.
+// Unicode marks that change the direction of text. A compact JSON document
+// (no whitespace between its tokens) stays valid and means the same, since
+// such characters can then only stand inside its strings, where the escape
+// is theirs; indent it after, not before. Anything else printable is left
+// as it is.
 func String(s string) string {
 	i := 0
 	for i < len(s) {
