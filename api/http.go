@@ -162,11 +162,11 @@ func NewHandler(cfg Config, svc Service, ops http.Handler, reg prometheus.Regist
 	r.GET("/openapi.json", serveOpenAPI)
 	r.HEAD("/openapi.json", serveOpenAPI)
 	r.NoRoute(func(c *gin.Context) {
-		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Not found", "no resource at "+c.Request.URL.Path))
+		writeProblem(c, problem.New(http.StatusNotFound, problem.CodeNotFound, "Not found", "no resource at "+problem.Quoted(c.Request.URL.Path)))
 	})
 	r.NoMethod(func(c *gin.Context) {
 		writeProblem(c, problem.New(http.StatusMethodNotAllowed, problem.CodeMethod, "Method not allowed",
-			c.Request.Method+" is not allowed on "+c.Request.URL.Path))
+			problem.Quoted(c.Request.Method)+" is not allowed on "+problem.Quoted(c.Request.URL.Path)))
 	})
 	return r, nil
 }

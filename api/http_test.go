@@ -20,6 +20,7 @@ import (
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/internal/ops"
+	"github.com/orderly-dev/orderly/internal/problem"
 )
 
 // fakeService records what the handlers asked and answers what the test set.
@@ -270,6 +271,26 @@ func TestRoutes(t *testing.T) {
 		if w := do(h, tc.method, tc.path, ""); w.Code != tc.status {
 			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, w.Code, tc.status)
 		}
+	}
+	// A path is sent back in a 404's or 405's detail quoted and cut short:
+	// escape sequences and marks that reverse text as escapes, not whole.
+	hostile := "/v1/%1b]0;x%07%e2%80%ae" + strings.Repeat("a", 5000)
+	for _, method := range []string{http.MethodGet, http.MethodDelete} {
+		path := hostile
+		if method == http.MethodDelete {
+			path = "/v1/orders"
+		}
+		w := do(h, method, path, "")
+		var p problem.Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+			t.Fatalf("%s %.20s: %v", method, path, err)
+		}
+		if len(p.Detail) > 2*problem.MaxQuoted || strings.ContainsAny(p.Detail, "\x1b\x07\u202e") {
+			t.Errorf("%s %.20s: detail of %d bytes: %.300q", method, path, len(p.Detail), p.Detail)
+		}
+	}
+	if w := do(h, http.MethodGet, hostile, ""); !strings.Contains(w.Body.String(), `no resource at \"/v1/\\x1b]0;x\\a\\u202eaaa`) {
+		t.Errorf("404's detail: %.300s", w.Body)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -274,8 +275,19 @@ func (d *decoder) unknown(prefix string, obj map[string]json.RawMessage, known .
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		d.fail(prefix+name, "unknown field")
+		d.fail(prefix+plainName(name), "unknown field")
 	}
+}
+
+// plainName is a field name the client sent, as a field error names it: as
+// it is when it is short and printable, else quoted and cut
+// (problem.Quoted), so that no control character or mark that reverses
+// text is sent back raw.
+func plainName(name string) string {
+	if len(name) > 64 || strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || r == '"' || r == '\\' }) >= 0 || !utf8.ValidString(name) {
+		return problem.Quoted(name)
+	}
+	return name
 }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(raw, []byte("null")) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/problem"
 )
 
 func TestDecodeOrderValid(t *testing.T) {
@@ -53,6 +54,11 @@ func TestDecodeOrderErrors(t *testing.T) {
 		{"leading zero", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":0100}]}`, []string{""}},
 		{"invalid UTF-8", "{\"customer_id\":\"c\xff\",\"currency\":\"EUR\",\"items\":[{\"sku\":\"x\",\"quantity\":1,\"unit_price\":1}]}", []string{"customer_id"}},
 		{"lone surrogate", `{"customer_id":"c\ud800","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
+		// an unknown field's name comes back quoted when it is not plain: no
+		// raw escape sequence, no whole 5,000-byte name
+		{"unknown field with an escape", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1,"x\u001b[2J\u202e":1}]}`, []string{`items[0]."x\x1b[2J\u202e"`}},
+		{"unknown field with a quote", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"a\"b":1}`, []string{`"a\"b"`}},
+		{"long unknown field", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"` + strings.Repeat("f", 5000) + `":1}`, []string{`"` + strings.Repeat("f", problem.MaxQuoted) + `"...`}},
 		{"long customer", `{"customer_id":"` + strings.Repeat("c", MaxCustomerIDLen+1) + `","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
 	}
 	for _, tc := range cases {

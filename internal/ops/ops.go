@@ -89,7 +89,7 @@ func NewHandler(cfg Config, ready, live []Check, gatherer prometheus.Gatherer) (
 	h.mux.HandleFunc("GET "+ReadyzPath, h.readyz)
 	h.mux.Handle("GET "+MetricsPath, h.metrics)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "Not found", "no resource at "+r.URL.Path))
+		write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "Not found", "no resource at "+problem.Quoted(r.URL.Path)))
 	})
 	return h, nil
 }

@@ -71,6 +71,11 @@ func TestHealthzMetricsAndHead(t *testing.T) {
 	if w := serve(t, h, http.MethodGet, "/nope"); w.Code != 404 || w.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("unknown path: %d %v", w.Code, w.Header())
 	}
+	// The path comes back quoted and cut short (problem.Quoted).
+	if w := serve(t, h, http.MethodGet, "/%1b[2J"+strings.Repeat("x", 4000)); w.Code != 404 ||
+		!strings.Contains(w.Body.String(), `no resource at \"/\\x1b[2Jxxx`) || w.Body.Len() > 400 {
+		t.Fatalf("hostile path: %d %.300s", w.Code, w.Body)
+	}
 	if _, err := ops.NewHandler(ops.Config{}, []ops.Check{{Name: ""}}, nil, reg); err == nil {
 		t.Fatal("a check without a name accepted")
 	}

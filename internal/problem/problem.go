@@ -3,7 +3,11 @@
 // Type is the URN form of the code.
 package problem
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
 
 // ContentType is the media type of a problem document.
 const ContentType = "application/problem+json"
@@ -65,6 +69,25 @@ type Problem struct {
 // New returns a problem with the given status, code, title and detail.
 func New(status int, code, title, detail string) *Problem {
 	return &Problem{Type: TypeURI(code), Title: title, Status: status, Detail: detail, Code: code}
+}
+
+// MaxQuoted is how many bytes of a client's text Quoted keeps.
+const MaxQuoted = 128
+
+// Quoted returns text a client sent (a path, a method) for a problem's detail:
+// cut to its first MaxQuoted bytes (whole characters, "..." marking the cut),
+// in Go's double-quoted form, so that controls, bytes that are not UTF-8 and
+// the marks that reverse text show as escapes and a long path is not sent
+// back whole.
+func Quoted(s string) string {
+	if len(s) > MaxQuoted {
+		cut := MaxQuoted
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return strconv.Quote(s[:cut]) + "..."
+	}
+	return strconv.Quote(s)
 }
 
 // TypeURI is the problem type URI of code.
