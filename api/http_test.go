@@ -180,6 +180,7 @@ func TestPostRefusesBadRequestsBeforeTheService(t *testing.T) {
 	t.Parallel()
 	svc := &fakeService{}
 	h := handler(t, api.Config{BodyLimit: 1024}, svc)
+	long := strings.Repeat("x", 3000)
 	for _, tc := range []struct {
 		name   string
 		body   string
@@ -192,10 +193,18 @@ func TestPostRefusesBadRequestsBeforeTheService(t *testing.T) {
 		{"not JSON", order, []string{"Content-Type: text/plain", "Idempotency-Key: a"}, 415, "unsupported_media_type"},
 		{"too large", `{"customer_id":"` + strings.Repeat("x", 2000) + `"}`, []string{"Content-Type: application/json", "Idempotency-Key: a"}, 413, "request_too_large"},
 		{"invalid", `{"customer_id":""}`, []string{"Content-Type: application/json", "Idempotency-Key: a"}, 400, "invalid_request"},
+		// what comes back of a header is quoted and cut (problem.Quoted)
+		{"hostile type", order, []string{"Content-Type: text/\x1b[2J" + long, "Idempotency-Key: a"}, 415, "unsupported_media_type"},
+		{"hostile parameter", order, []string{"Content-Type: application/json; charset=\u202e" + long, "Idempotency-Key: a"}, 415, "unsupported_media_type"},
+		{"hostile coding", order, []string{"Content-Type: application/json", "Content-Encoding: \x1b]0;" + long, "Idempotency-Key: a"}, 415, "unsupported_media_type"},
 	} {
 		w := do(h, http.MethodPost, "/v1/orders", tc.body, tc.header...)
 		if w.Code != tc.status || code(t, w) != tc.code {
-			t.Fatalf("%s: %d %s", tc.name, w.Code, w.Body)
+			t.Fatalf("%s: %d %.300s", tc.name, w.Code, w.Body)
+		}
+		var p problem.Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || len(p.Detail) > 2*problem.MaxQuoted+64 || strings.ContainsAny(p.Detail, "\x1b\u202e") {
+			t.Errorf("%s: detail of %d bytes: %.300q", tc.name, len(p.Detail), p.Detail)
 		}
 	}
 	if len(svc.submits) != 0 {

@@ -156,7 +156,7 @@ func checkJSON(h http.Header) *problem.Problem {
 	for _, v := range h.Values("Content-Encoding") {
 		for _, coding := range strings.Split(v, ",") {
 			if c := strings.TrimSpace(coding); c != "" && !strings.EqualFold(c, "identity") {
-				return bad(fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", c))
+				return bad("Content-Encoding " + problem.Quoted(c) + " is not supported: send the body uncompressed")
 			}
 		}
 	}
@@ -169,11 +169,11 @@ func checkJSON(h http.Header) *problem.Problem {
 	}
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil || mt != "application/json" {
-		return bad(fmt.Sprintf("the body must be application/json, not %q", contentType))
+		return bad("the body must be application/json, not " + problem.Quoted(contentType))
 	}
 	for k, v := range params {
 		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return bad(fmt.Sprintf("unsupported media type parameter %s=%s (only charset=utf-8)", k, v))
+			return bad("unsupported media type parameter " + problem.Quoted(k+"="+v) + " (only charset=utf-8)")
 		}
 	}
 	return nil
