@@ -111,7 +111,7 @@ func unquote(v string) (key, rest string, _ *KeyError) {
 // byte sequence or a boolean; their meaning is ignored.
 func checkParams(p string) *KeyError {
 	bad := func(why string) *KeyError {
-		return keyInvalid("the parameters after the idempotency key (%q) are not Structured Field parameters: %s", p, why)
+		return keyInvalid("the parameters after the idempotency key (%s) are not Structured Field parameters: %s", problem.Quoted(p), why)
 	}
 	for p != "" {
 		if p[0] != ';' {

@@ -51,6 +51,7 @@ func TestParseIdempotencyKey(t *testing.T) {
 		{"bad escape", []string{`"a\nb"`}, "", problem.CodeKeyInvalid},
 		{"trailing backslash", []string{`"a\"`}, "", problem.CodeKeyInvalid},
 		{"lone quote", []string{`"`}, "", problem.CodeKeyInvalid},
+		{"long parameters with an escape", []string{"abc;p=1 \x1b[2J" + strings.Repeat("x", 5000)}, "", problem.CodeKeyInvalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,6 +63,10 @@ func TestParseIdempotencyKey(t *testing.T) {
 				}
 				if err.Detail == "" {
 					t.Fatal("an error needs a detail")
+				}
+				// what it sends back of the header is quoted and cut
+				if len(err.Detail) > 2*problem.MaxQuoted+128 || strings.ContainsAny(err.Detail, "\x00\x01\x1b") {
+					t.Fatalf("detail of %d bytes: %.300q", len(err.Detail), err.Detail)
 				}
 				return
 			}
