@@ -67,11 +67,13 @@ func TestSecondServeOnADataDirExits(t *testing.T) {
 }
 
 // TestBusyHTTPPortNamesTheFlag: serve on an HTTP address another process
-// holds exits non-zero at once, naming the address and --http-addr.
+// holds exits non-zero at once, naming the address and --http-addr, before
+// it creates its data directory (a mistyped port leaves nothing behind).
 func TestBusyHTTPPortNamesTheFlag(t *testing.T) {
 	t.Parallel()
 	bin := orderlytest.BuildOrderly(t)
-	args, url := serveArgs(t, filepath.Join(t.TempDir(), "data"))
+	dir := filepath.Join(t.TempDir(), "data")
+	args, url := serveArgs(t, dir)
 	addr := strings.TrimPrefix(url, "http://")
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -92,6 +94,9 @@ func TestBusyHTTPPortNamesTheFlag(t *testing.T) {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("serve said %q; want it to name %q", stderr.String(), want)
 		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("serve on a busy port left its data directory behind (%v)", err)
 	}
 }
 

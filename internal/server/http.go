@@ -16,9 +16,9 @@ import (
 
 // serveHTTP serves h on the configured HTTP address until Shutdown.
 func (s *Server) serveHTTP(h http.Handler) error {
-	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	ln, err := listenHTTP(s.cfg.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("HTTP: cannot listen on %s (another orderly or server? set --http-addr): %w", s.cfg.HTTPAddr, err)
+		return err
 	}
 	limit := s.cfg.HTTP.maxConns()
 	ln = netutil.LimitListener(ln, limit)
@@ -102,4 +102,26 @@ func (b *liftAtEOF) Read(p []byte) (int, error) {
 		b.lift()
 	}
 	return n, err
+}
+
+// listenHTTP listens on addr, the HTTP port of every role, or says which
+// flag to change.
+func listenHTTP(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP: cannot listen on %s (another orderly or server? set --http-addr): %w", addr, err)
+	}
+	return ln, nil
+}
+
+// checkHTTPAddr fails at once when the HTTP port cannot be had, before the
+// embedded server and its data directory are created: the port is taken
+// again once the process is ready to serve. A port that another process
+// takes in between still fails then.
+func checkHTTPAddr(addr string) error {
+	ln, err := listenHTTP(addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
 }

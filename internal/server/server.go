@@ -86,6 +86,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
+	if err := checkHTTPAddr(cfg.HTTPAddr); err != nil {
+		return nil, err
+	}
 	logger = slog.New(tracing.LogHandler(logger.Handler()))
 	s := &Server{cfg: cfg, logger: logger, failed: make(chan error, 4), registry: prometheus.NewRegistry()}
 	defer func() {
