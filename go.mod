@@ -7,6 +7,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/alecthomas/kong v1.17.0
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
+	github.com/dustin/go-humanize v1.0.1
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-json-experiment/json v1.27.2
 	github.com/goccy/go-json v0.10.5
@@ -47,7 +48,6 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cloudwego/base64x v0.1.6 // indirect
-	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/expr-lang/expr v1.17.8 // indirect
 	github.com/gabriel-vasile/mimetype v1.4.12 // indirect
 	github.com/gin-contrib/sse v1.1.0 // indirect

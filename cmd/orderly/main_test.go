@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -319,9 +320,13 @@ func TestOperatorTools(t *testing.T) {
 	}
 	if out, err := tool("status"); err != nil || !strings.Contains(out, "order IDs of new orders: keyed") {
 		t.Errorf("status does not show the stored form of order IDs: %v\n%s", err, out)
+	} else if !regexp.MustCompile(`(?m)^ORDER_COMMANDS +[1-9][0-9,]* +[0-9.]+ (B|KiB|MiB) +1 `).MatchString(out) {
+		t.Errorf("status does not show ORDER_COMMANDS' messages and size for a reader:\n%s", out)
 	}
 	if out, err := tool("status", "--json"); err != nil || !strings.Contains(out, `"order_ids": "keyed"`) {
 		t.Errorf("status --json does not show the stored form of order IDs: %v\n%s", err, out)
+	} else if !regexp.MustCompile(`"bytes": [1-9][0-9]*,`).MatchString(out) {
+		t.Errorf("status --json does not give exact byte counts:\n%s", out)
 	}
 	if out, err := tool("dlq", "list"); err != nil || !strings.Contains(out, "no dead letters") {
 		t.Errorf("dlq list: %v\n%s", err, out)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/dustin/go-humanize"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
@@ -18,7 +19,7 @@ import (
 type StatusCmd struct {
 	ToolNATS
 	Leader string `name:"leader" placeholder:"STREAM" help:"Print only the server that leads STREAM (ORDER_COMMANDS, ORDER_EVENTS, ORDER_COMMANDS_DLQ or KV_ORDER_RESULTS), for scripts."`
-	JSON   bool   `name:"json" help:"Print the status as JSON."`
+	JSON   bool   `name:"json" help:"Print the status as JSON (exact counts; the table rounds bytes to KiB, MiB or GiB)."`
 }
 
 // streamStatus is one stream's line.
@@ -99,8 +100,8 @@ func (c *StatusCmd) Run(g *globals) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM\tMESSAGES\tBYTES\tREPLICAS\tLEADER\tNOT CURRENT\tCONSUMER\tPENDING\tIN FLIGHT\tREDELIVERED")
 	for _, st := range out {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\n", st.Stream, st.Messages, st.Bytes, st.Replicas, orNone(st.Leader),
-			orNone(strings.Join(append(st.Lagging, st.Offline...), ",")), orNone(st.Consumer), st.Pending, st.InFlight, st.Redeliver)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\n", st.Stream, humanize.Comma(int64(st.Messages)), humanize.IBytes(st.Bytes), st.Replicas, orNone(st.Leader),
+			orNone(strings.Join(append(st.Lagging, st.Offline...), ",")), orNone(st.Consumer), humanize.Comma(int64(st.Pending)), st.InFlight, st.Redeliver)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
