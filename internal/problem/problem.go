@@ -74,11 +74,11 @@ func New(status int, code, title, detail string) *Problem {
 // MaxQuoted is how many bytes of a client's text Quoted keeps.
 const MaxQuoted = 128
 
-// Quoted returns text a client sent (a path, a method) for a problem's detail:
-// cut to its first MaxQuoted bytes (whole characters, "..." marking the cut),
-// in Go's double-quoted form, so that controls, bytes that are not UTF-8 and
-// the marks that reverse text show as escapes and a long path is not sent
-// back whole.
+// Quoted returns text a client sent (a path, a method, a header's value, a
+// field's name) for a problem: cut to its first MaxQuoted bytes (whole
+// characters, "..." marking the cut), in Go's double-quoted form, so that
+// controls, bytes that are not UTF-8 and the marks that reverse text show
+// as escapes and a long value is not sent back whole.
 func Quoted(s string) string {
 	if len(s) > MaxQuoted {
 		cut := MaxQuoted
