@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,19 +47,24 @@ func TestSecondServeOnADataDirExits(t *testing.T) {
 	t.Cleanup(first.Kill9)
 
 	args2, url2 := serveArgs(t, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var stderr bytes.Buffer
-	second := exec.CommandContext(ctx, bin, args2...)
-	second.Stderr = &stderr
-	err := second.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() == 0 || ctx.Err() != nil {
-		t.Fatalf("second serve: %v (stderr %s), want a non-zero exit at once", err, stderr.String())
-	}
-	want := "pid " + strconv.Itoa(first.Cmd.Process.Pid)
-	if !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "in use") {
-		t.Fatalf("second serve said %q; want it to name the holder (%s)", stderr.String(), want)
+	// On ports of its own, and on the first one's ports (the same command
+	// run twice): either way the holder is named, not a busy port.
+	for _, a := range [][]string{args2, args} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var stderr bytes.Buffer
+		second := exec.CommandContext(ctx, bin, a...)
+		second.Stderr = &stderr
+		err := second.Run()
+		late := ctx.Err() // read before cancel, which sets it
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 || late != nil {
+			t.Fatalf("second serve %v: %v (stderr %s), want a non-zero exit at once", a, err, stderr.String())
+		}
+		want := "pid " + strconv.Itoa(first.Cmd.Process.Pid)
+		if !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "in use") {
+			t.Fatalf("second serve %v said %q; want it to name the holder (%s)", a, stderr.String(), want)
+		}
 	}
 
 	first.Kill9()
@@ -67,37 +73,41 @@ func TestSecondServeOnADataDirExits(t *testing.T) {
 	third.Kill9()
 }
 
-// TestBusyHTTPPortNamesTheFlag: serve on an HTTP address another process
-// holds exits non-zero at once, naming the address and --http-addr, before
-// it creates its data directory (a mistyped port leaves nothing behind).
+// TestBusyHTTPPortNamesTheFlag: serve on an HTTP or NATS address another
+// process holds exits non-zero at once, naming the address and its flag,
+// before it creates its data directory (a mistyped port leaves nothing
+// behind).
 func TestBusyHTTPPortNamesTheFlag(t *testing.T) {
 	t.Parallel()
 	bin := orderlytest.BuildOrderly(t)
-	dir := filepath.Join(t.TempDir(), "data")
-	args, url := serveArgs(t, dir)
-	addr := strings.TrimPrefix(url, "http://")
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() == 0 || ctx.Err() != nil {
-		t.Fatalf("serve on a busy port: %v (stderr %s), want a non-zero exit", err, stderr.String())
-	}
-	for _, want := range []string{addr, "--http-addr"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("serve said %q; want it to name %q", stderr.String(), want)
+	for _, flag := range []string{"--http-addr", "--nats-listen"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args, _ := serveArgs(t, dir)
+		addr := args[slices.Index(args, flag)+1]
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("serve on a busy port left its data directory behind (%v)", err)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Stderr = &stderr
+		err = cmd.Run()
+		late := ctx.Err() // read before cancel, which sets it
+		cancel()
+		l.Close()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 || late != nil {
+			t.Fatalf("serve on a busy %s: %v (stderr %s), want a non-zero exit", flag, err, stderr.String())
+		}
+		for _, want := range []string{addr, flag} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("serve said %q; want it to name %q", stderr.String(), want)
+			}
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("serve on a busy %s left its data directory behind (%v)", flag, err)
+		}
 	}
 }
 

@@ -156,19 +156,29 @@ func splitHostPort(addr string) (string, int, error) {
 	return host, port, nil
 }
 
+// CheckListen fails when the client address listen (host:port; empty or a
+// random port: nothing to check) cannot be listened on now, naming
+// --nats-listen.
+func CheckListen(listen string) error {
+	if _, port, _ := splitHostPort(listen); listen == "" || port <= 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("embedded NATS: cannot listen on %s (another orderly or NATS? set --nats-listen): %w", listen, err)
+	}
+	return ln.Close()
+}
+
 // StartEmbedded starts a nats-server with JetStream and waits until it accepts
 // connections and JetStream answers (in a cluster: until there is a meta leader).
 func Start(ctx context.Context, cfg Config) (*server.Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if _, port, _ := splitHostPort(cfg.Listen); cfg.Listen != "" && port > 0 {
-		// Fail at once, not after the readiness timeout, when the port is taken.
-		ln, err := net.Listen("tcp", cfg.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("embedded NATS: cannot listen on %s (another orderly or NATS? set --nats-listen): %w", cfg.Listen, err)
-		}
-		ln.Close()
+	// Fail at once, not after the readiness timeout, when the port is taken.
+	if err := CheckListen(cfg.Listen); err != nil {
+		return nil, err
 	}
 	opts, err := Options(cfg)
 	if err != nil {

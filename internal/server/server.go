@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -86,9 +87,6 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
-	if err := checkHTTPAddr(cfg.HTTPAddr); err != nil {
-		return nil, err
-	}
 	logger = slog.New(tracing.LogHandler(logger.Handler()))
 	s := &Server{cfg: cfg, logger: logger, failed: make(chan error, 4), registry: prometheus.NewRegistry()}
 	defer func() {
@@ -98,6 +96,25 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 			_ = s.Shutdown(sctx)
 		}
 	}()
+	// Fail at once on what would stop the start later, before anything is
+	// created: a data directory another process holds (named first, so
+	// that a second orderly on the same directory and ports hears who
+	// holds it), then ports that cannot be had. A directory that does not
+	// exist yet is created and locked only after the ports.
+	embedded := cfg.NATSURL == ""
+	if _, statErr := os.Stat(cfg.DataDir); embedded && statErr == nil {
+		if err := s.lockDataDir(); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkHTTPAddr(cfg.HTTPAddr); err != nil {
+		return nil, err
+	}
+	if embedded {
+		if err := natsserver.CheckListen(cfg.NATSListen); err != nil {
+			return nil, err
+		}
+	}
 	tcfg := cfg.Tracing
 	if tcfg.Service == "" {
 		tcfg.Service = "orderly-" + s.user()
@@ -197,6 +214,20 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 // sets the topology up over a short-lived operator connection; the process
 // then works as the serve user. Against a URL it connects with the given
 // credentials, as the user of its roles.
+// lockDataDir takes the data directory for this process (creating it), once.
+func (s *Server) lockDataDir() error {
+	if s.lock != nil {
+		return nil
+	}
+	abs, _ := filepath.Abs(s.cfg.DataDir)
+	lock, err := datadir.Acquire(abs)
+	if err != nil {
+		return err
+	}
+	s.lock = lock
+	return nil
+}
+
 func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 	ccfg := jsstore.ConnectConfig{URL: s.cfg.NATSURL, Name: "main", Credentials: s.cfg.Credentials,
 		InboxPrefix: s.cfg.InboxPrefix, OnClosed: s.closed}
@@ -205,11 +236,9 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 	}
 	if s.cfg.NATSURL == "" {
 		abs, _ := filepath.Abs(s.cfg.DataDir)
-		lock, err := datadir.Acquire(abs)
-		if err != nil {
+		if err := s.lockDataDir(); err != nil {
 			return nil, err
 		}
-		s.lock = lock
 		s.creds = natsauth.Credentials{Dir: filepath.Join(abs, "credentials")}
 		if err := s.creds.Init(); err != nil {
 			return nil, err
