@@ -284,18 +284,20 @@ func TestRoutes(t *testing.T) {
 	// A path is sent back in a 404's or 405's detail quoted and cut short:
 	// escape sequences and marks that reverse text as escapes, not whole.
 	hostile := "/v1/%1b]0;x%07%e2%80%ae" + strings.Repeat("a", 5000)
-	for _, method := range []string{http.MethodGet, http.MethodDelete} {
-		path := hostile
-		if method == http.MethodDelete {
-			path = "/v1/orders"
-		}
-		w := do(h, method, path, "")
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{
+		{http.MethodGet, hostile, 404},
+		{http.MethodDelete, "/v1/orders/ord_%1b]0;x%07%e2%80%ae" + strings.Repeat("a", 5000), 405},
+	} {
+		w := do(h, tc.method, tc.path, "")
 		var p problem.Problem
-		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
-			t.Fatalf("%s %.20s: %v", method, path, err)
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != tc.status {
+			t.Fatalf("%s %.20s: %d, %v", tc.method, tc.path, w.Code, err)
 		}
 		if len(p.Detail) > 2*problem.MaxQuoted || strings.ContainsAny(p.Detail, "\x1b\x07\u202e") {
-			t.Errorf("%s %.20s: detail of %d bytes: %.300q", method, path, len(p.Detail), p.Detail)
+			t.Errorf("%s %.20s: detail of %d bytes: %.300q", tc.method, tc.path, len(p.Detail), p.Detail)
 		}
 	}
 	if w := do(h, http.MethodGet, hostile, ""); !strings.Contains(w.Body.String(), `no resource at \"/v1/\\x1b]0;x\\a\\u202eaaa`) {
