@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +26,8 @@ type EventsCmd struct {
 type EventsTailCmd struct {
 	ToolNATS
 	Type   string        `name:"type" default:"all" enum:"all,created,rejected" help:"Which events: created, rejected or all."`
-	Since  time.Duration `name:"since" default:"0s" help:"Only events of the last DURATION, such as 1h; 0 prints every stored event."`
+	Since  time.Duration `name:"since" xor:"start" placeholder:"DURATION" help:"Only events of the last DURATION, such as 1h (default: every stored event)."`
+	Last   int           `name:"last" short:"n" xor:"start" placeholder:"N" help:"Only the last N matching events (then, with --follow, the new ones)."`
 	Follow bool          `name:"follow" short:"f" help:"Keep printing new events until interrupted."`
 	JSON   bool          `name:"json" help:"Print each event as stored (CloudEvents JSON), one per line (compacted, with characters that could control a terminal escaped)."`
 }
@@ -36,12 +38,15 @@ func (c *EventsTailCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
+	if c.Last < 0 {
+		return fmt.Errorf("--last %d: N must be 0 or more", c.Last)
+	}
 	js, closeNC, err := c.connectJS("orderly-events-tail")
 	if err != nil {
 		return err
 	}
 	defer closeNC()
-	_, err = tail.Tail(g.ctx, js, tail.Options{Kind: kind, Since: c.Since, Follow: c.Follow, JSON: c.JSON}, os.Stdout)
+	_, err = tail.Tail(g.ctx, js, tail.Options{Kind: kind, Since: c.Since, Last: c.Last, Follow: c.Follow, JSON: c.JSON}, os.Stdout)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

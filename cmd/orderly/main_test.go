@@ -338,6 +338,23 @@ func TestOperatorTools(t *testing.T) {
 	} else if !regexp.MustCompile(`"bytes": [1-9][0-9]*,`).MatchString(out) {
 		t.Errorf("status --json does not give exact byte counts:\n%s", out)
 	}
+	// The event of tool-1, then one of tool-2: --last 1 prints only tool-2's.
+	r2 := orderlytest.Do(t, http.MethodPost, url+"/v1/orders", orderlytest.Order("c-2"), "Content-Type: application/json", "Idempotency-Key: tool-2")
+	if r2.Status != http.StatusCreated {
+		t.Fatalf("%d %s", r2.Status, r2.Body)
+	}
+	id2, _ := r2.JSON(t)["id"].(string)
+	orderlytest.Eventually(t, 10*time.Second, "events tail to show both events", func() bool {
+		out, _ = tool("events", "tail")
+		return strings.Count(out, "\n") == 2
+	})
+	if out, err := tool("events", "tail", "-n", "1", "--type", "created"); err != nil || strings.Count(out, "\n") != 1 ||
+		!strings.Contains(out, id2) || !strings.Contains(out, "customer=c-2") {
+		t.Errorf("events tail -n 1: %v\n%s", err, out)
+	}
+	if out, err := tool("events", "tail", "--last", "1", "--since", "1h"); err == nil || !strings.Contains(out, "can't be used together") {
+		t.Errorf("events tail --last with --since: %v\n%s", err, out)
+	}
 	if out, err := tool("dlq", "list"); err != nil || !strings.Contains(out, "no dead letters") {
 		t.Errorf("dlq list: %v\n%s", err, out)
 	}

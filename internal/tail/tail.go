@@ -24,6 +24,10 @@ type Options struct {
 	Kind events.Kind
 	// Since prints events of the last Since; 0 prints every stored event.
 	Since time.Duration
+	// Last prints only the last Last of the matching events stored when Tail
+	// starts (with Follow, the new ones after them); 0 prints them all. It
+	// cannot be combined with Since.
+	Last int
 	// Follow keeps printing new events until ctx ends.
 	Follow bool
 	// JSON prints each event as stored, one per line; otherwise a summary line.
@@ -31,9 +35,16 @@ type Options struct {
 }
 
 // Tail prints the matching events to w. Without Follow it returns once the
-// events stored when it started are printed. It reads through an ordered
-// consumer (ephemeral, no acks), so it never disturbs other consumers.
+// events stored when it started are printed, also while new ones keep
+// coming. It reads through an ordered consumer (ephemeral, no acks), so it
+// never disturbs other consumers, and deletes it when it returns.
 func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer) (int, error) {
+	if opts.Last < 0 {
+		return 0, fmt.Errorf("events: the number of last events must not be negative, got %d", opts.Last)
+	}
+	if opts.Last > 0 && opts.Since > 0 {
+		return 0, errors.New("events: the last events and the events since a time cannot be combined")
+	}
 	filter := events.EventSubjects
 	if opts.Kind != "" {
 		filter = events.KindSubjects(opts.Kind)
@@ -43,15 +54,40 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 		start := time.Now().Add(-opts.Since)
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
 	}
+	if opts.Last > 0 {
+		start, err := startOfLast(ctx, js, filter, uint64(opts.Last))
+		if err != nil {
+			return 0, fmt.Errorf("events: %w", err)
+		}
+		if start > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+		}
+	}
 	cons, err := js.OrderedConsumer(ctx, events.EventStream, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("events: %w", err)
 	}
+	defer func() {
+		// An ordered consumer outlives its reader for minutes on the server
+		// unless deleted; the tool's user may delete its own.
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if info := cons.CachedInfo(); info != nil {
+			_ = js.DeleteConsumer(dctx, events.EventStream, info.Name)
+		}
+	}()
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("events: %w", err)
 	}
-	if info.NumPending == 0 && !opts.Follow {
+	// The consumer counted the matching events stored when it was created:
+	// the first skip of them are before the last Last, and without Follow
+	// the rest are all Tail prints, however many come after them.
+	stored, skip := info.NumPending, uint64(0)
+	if opts.Last > 0 && stored > uint64(opts.Last) {
+		skip = stored - uint64(opts.Last)
+	}
+	if stored == 0 && !opts.Follow {
 		return 0, nil
 	}
 	it, err := cons.Messages()
@@ -62,7 +98,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	n := 0
-	for {
+	for read := uint64(1); ; read++ {
 		m, err := it.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			return n, ctx.Err()
@@ -70,14 +106,81 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 		if err != nil {
 			return n, err
 		}
-		if err := print(w, m.Data(), opts.JSON); err != nil {
-			return n, err
+		if read > skip {
+			if err := print(w, m.Data(), opts.JSON); err != nil {
+				return n, err
+			}
+			n++
 		}
-		n++
-		if md, err := m.Metadata(); err == nil && md.NumPending == 0 && !opts.Follow {
+		if opts.Follow {
+			continue
+		}
+		// Events that expire while Tail reads are never delivered: no more
+		// pending ends it too.
+		if md, err := m.Metadata(); read >= stored || (err == nil && md.NumPending == 0) {
 			return n, nil
 		}
 	}
+}
+
+// startOfLast finds a stream sequence from which at least n events match
+// filter, or the stream's first sequence when fewer do; 0 when the stream is
+// empty. It counts with short-lived consumers (the server counts the
+// matching events from a sequence on, without delivering them), starting
+// with the last n sequences and widening the window until it holds n.
+func startOfLast(ctx context.Context, js jetstream.JetStream, filter string, n uint64) (uint64, error) {
+	stream, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		return 0, err
+	}
+	state := stream.CachedInfo().State
+	if state.Msgs == 0 || state.LastSeq < state.FirstSeq {
+		return 0, nil
+	}
+	for window := n; ; {
+		start := state.FirstSeq
+		if state.LastSeq-state.FirstSeq >= window {
+			start = state.LastSeq - window + 1
+		}
+		if start == state.FirstSeq {
+			return start, nil
+		}
+		matching, err := countFrom(ctx, stream, filter, start)
+		if err != nil {
+			return 0, err
+		}
+		if matching >= n {
+			return start, nil
+		}
+		// Widen at least twofold, more when few of the window's events
+		// match: to what their share suggests holds n, with a margin.
+		grown := 16 * float64(window)
+		if matching > 0 {
+			grown = max(2*float64(window), 1.25*float64(window)*float64(n)/float64(matching))
+		}
+		window = state.LastSeq - state.FirstSeq + 1
+		if grown < float64(window) {
+			window = uint64(grown)
+		}
+	}
+}
+
+// countFrom counts the events matching filter from stream sequence start on.
+func countFrom(ctx context.Context, stream jetstream.Stream, filter string, start uint64) (uint64, error) {
+	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubject: filter, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
+		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return 0, err
+	}
+	info := cons.CachedInfo()
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := stream.DeleteConsumer(dctx, info.Name); err != nil {
+		return 0, err
+	}
+	return info.NumPending, nil
 }
 
 // print writes an event, as stored or summed up, made safe for a terminal

@@ -4,12 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/tail"
 )
@@ -126,5 +133,164 @@ func TestTailPrintsHostileEventsSafely(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("json %v: %q not in\n%s", asJSON, want, out.String())
 		}
+	}
+}
+
+// publishEvents stores count events of kind directly, with subjects e-<from>
+// onwards, so that their order is visible in the summaries.
+func publishEvents(t *testing.T, js jetstream.JetStream, from, count int, kind events.Kind) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := from; i < from+count; i++ {
+		id := fmt.Sprintf("ord_%026d", i)
+		data := fmt.Sprintf(`{"type":"orderly.order.%s.v1","subject":"e-%05d","time":"2026-12-03T10:00:00Z"}`, kind, i)
+		if _, err := js.PublishAsync(events.EventSubject(kind, id), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("events not stored")
+	}
+}
+
+// subjects are the e-<n> of each printed summary line, in order.
+func subjects(out string) []string {
+	var s []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			s = append(s, f[len(f)-1])
+		}
+	}
+	return s
+}
+
+// consumers is how many consumers ORDER_EVENTS has.
+func consumers(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	s, err := js.Stream(context.Background(), events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().State.Consumers
+}
+
+// writeHook runs hook before its first write.
+type writeHook struct {
+	bytes.Buffer
+	hook func()
+}
+
+func (w *writeHook) Write(p []byte) (int, error) {
+	if h := w.hook; h != nil {
+		w.hook = nil
+		h()
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestTailStopsAtTheEventsStoredWhenItStarted: without --follow, tail prints
+// the events stored when it started and returns, also while new ones keep
+// coming (here 300 stored while it prints the first), and leaves no consumer
+// behind on the server.
+func TestTailStopsAtTheEventsStoredWhenItStarted(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	js := inst.JetStream(t)
+	publishEvents(t, js, 0, 1200, events.KindCreated)
+	before := consumers(t, js)
+
+	w := &writeHook{hook: func() { publishEvents(t, js, 1200, 300, events.KindCreated) }}
+	n, err := tail.Tail(context.Background(), js, tail.Options{}, w)
+	got := subjects(w.String())
+	if err != nil || n != 1200 || len(got) != 1200 || got[0] != "e-00000" || got[1199] != "e-01199" {
+		t.Fatalf("printed %d events (%d lines, %v), want the 1,200 stored when it started; the last: %v",
+			n, len(got), err, got[max(0, len(got)-2):])
+	}
+	if after := consumers(t, js); after != before {
+		t.Errorf("ORDER_EVENTS has %d consumers after the tail, %d before", after, before)
+	}
+}
+
+// TestTailLast: --last N prints the last N matching events, of a kind too,
+// where they are scattered over a larger stream, as the read-only events
+// user; with --follow the new events after them.
+func TestTailLast(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	operator := inst.JetStream(t)
+	js, err := jsstore.DialJetStream(inst.NATSURL(), jsstore.Credentials{
+		NkeyFile: inst.Creds.SeedPath(natsauth.Events), InboxPrefix: natsauth.InboxPrefix(natsauth.Events)}, "tail-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(js.Conn().Close)
+	ctx := context.Background()
+
+	// e-00000..e-00029: every third rejected (e-00002, e-00005, ... e-00029);
+	// then 400 created.
+	for i := range 30 {
+		kind := events.KindCreated
+		if i%3 == 2 {
+			kind = events.KindRejected
+		}
+		publishEvents(t, operator, i, 1, kind)
+	}
+	run := func(opts tail.Options, want ...string) {
+		t.Helper()
+		var out bytes.Buffer
+		n, err := tail.Tail(ctx, js, opts, &out)
+		if got := subjects(out.String()); err != nil || n != len(want) || !slices.Equal(got, want) {
+			t.Fatalf("%+v: %d events, %v: %v, want %v", opts, n, err, got, want)
+		}
+	}
+	run(tail.Options{Last: 3}, "e-00027", "e-00028", "e-00029")
+	run(tail.Options{Last: 4, Kind: events.KindRejected}, "e-00020", "e-00023", "e-00026", "e-00029")
+	run(tail.Options{Last: 1, Kind: events.KindCreated}, "e-00028")
+
+	publishEvents(t, operator, 30, 400, events.KindCreated)
+	before := consumers(t, operator)
+	run(tail.Options{Last: 2, Kind: events.KindRejected}, "e-00026", "e-00029")
+	run(tail.Options{Last: 2}, "e-00428", "e-00429")
+	var all []string
+	for i := range 430 {
+		all = append(all, fmt.Sprintf("e-%05d", i))
+	}
+	run(tail.Options{Last: 1000}, all...)
+	var rejected []string
+	for i := 2; i < 30; i += 3 {
+		rejected = append(rejected, fmt.Sprintf("e-%05d", i))
+	}
+	run(tail.Options{Last: 1000, Kind: events.KindRejected}, rejected...)
+	if after := consumers(t, operator); after != before {
+		t.Errorf("ORDER_EVENTS has %d consumers after the tails, %d before", after, before)
+	}
+
+	for _, bad := range []tail.Options{{Last: -1}, {Last: 2, Since: time.Hour}} {
+		if _, err := tail.Tail(ctx, js, bad, io.Discard); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var out orderlytest.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := tail.Tail(fctx, js, tail.Options{Last: 2, Kind: events.KindRejected, Follow: true}, &out)
+		done <- err
+	}()
+	orderlytest.Eventually(t, 10*time.Second, "the last two", func() bool { return len(subjects(out.String())) == 2 })
+	publishEvents(t, operator, 430, 1, events.KindCreated)
+	publishEvents(t, operator, 431, 1, events.KindRejected)
+	orderlytest.Eventually(t, 10*time.Second, "the new rejected event", func() bool { return len(subjects(out.String())) == 3 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("follow ended with %v", err)
+	}
+	if got, want := subjects(out.String()), []string{"e-00026", "e-00029", "e-00431"}; !slices.Equal(got, want) {
+		t.Errorf("follow printed %v, want %v", got, want)
 	}
 }
