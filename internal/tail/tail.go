@@ -228,13 +228,15 @@ func Summary(data []byte) string {
 	return fmt.Sprintf("%s  %s  %s", at, ev.Type, ev.Subject)
 }
 
-// money prints minor units with two decimals, the common case.
+// money prints minor units with two decimals, the common case. The
+// magnitude is unsigned, so that the most negative total a stored event
+// may hold prints right too.
 func money(minor int64) string {
-	sign := ""
+	sign, u := "", uint64(minor)
 	if minor < 0 {
-		sign, minor = "-", -minor
+		sign, u = "-", -u
 	}
-	return fmt.Sprintf("%s%d.%02d", sign, minor/100, minor%100)
+	return fmt.Sprintf("%s%d.%02d", sign, u/100, u%100)
 }
 
 // ParseKind maps the flag value to a kind ("" for all).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -292,5 +293,19 @@ func TestTailLast(t *testing.T) {
 	}
 	if got, want := subjects(out.String()), []string{"e-00026", "e-00029", "e-00431"}; !slices.Equal(got, want) {
 		t.Errorf("follow printed %v, want %v", got, want)
+	}
+}
+
+// TestSummaryOfTotals: a total in minor units prints with two decimals,
+// also at the limits of what a stored event may hold.
+func TestSummaryOfTotals(t *testing.T) {
+	for total, want := range map[int64]string{
+		4990: "total=49.90 EUR", 5: "total=0.05 EUR", 0: "total=0.00 EUR", -5: "total=-0.05 EUR", -4990: "total=-49.90 EUR",
+		math.MaxInt64: "total=92233720368547758.07 EUR", math.MinInt64: "total=-92233720368547758.08 EUR",
+	} {
+		data := fmt.Sprintf(`{"type":"orderly.order.created.v1","time":"2026-12-03T10:00:00Z","data":{"order_id":"ord_1","currency":"EUR","total":%d}}`, total)
+		if got := tail.Summary([]byte(data)); !strings.Contains(got, " "+want+" ") {
+			t.Errorf("total %d: %s, want %q", total, got, want)
+		}
 	}
 }
