@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsserver"
@@ -64,7 +66,7 @@ func (t TopologyFlags) topology() jsstore.Topology {
 type RunFlags struct {
 	HTTPAddr     string  `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address (the API, or a processor's or projector's /healthz, /readyz and /metrics)."`
 	BatchWrites  string  `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" enum:"auto,on,off" default:"auto" help:"Group concurrent writes to each stream into atomic batches, one commit and one disk sync per batch (group commit): on, off, or auto: on with serve --fsync always, where it raised the sync rate by 30-80% (docs/adr/0009), off otherwise (against --nats-url, set it on when the servers sync every write)."`
-	MemoryLimit  string  `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" help:"Soft limit of the Go heap, such as 400MiB: the garbage collector works harder to stay under it (see docs/performance.md). With serve's embedded NATS server in its own process, the limit of each of the two. Empty: the Go default (GOMEMLIMIT)."`
+	MemoryLimit  string  `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" default:"auto" help:"Soft limit of the Go runtime's memory, such as 400MiB: the garbage collector works harder to stay under it (docs/operations.md). auto: 90% of the container's (cgroup) memory limit when there is one and GOMEMLIMIT is not set, else none; off: none. With serve's embedded NATS server in its own process, the limit of each of the two."`
 	PprofAddr    string  `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof, no authentication) on this loopback address, such as 127.0.0.1:6060 (others are refused); empty: off."`
 	OTLPEndpoint string  `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
 	TraceRatio   float64 `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
@@ -259,15 +261,16 @@ func (c *ProcessorFlags) apply(cfg *server.Config) { cfg.Processor.Concurrency =
 func (c *ProjectorFlags) apply(cfg *server.Config) { cfg.Projector.Concurrency = c.ProjConcurrency }
 
 func runServer(g *globals, cfg server.Config, memoryLimit string) error {
-	if memoryLimit != "" {
-		n, err := parseBytes(memoryLimit)
-		if err != nil {
-			return fmt.Errorf("--memory-limit: %w", err)
-		}
-		debug.SetMemoryLimit(n)
+	limit, from, err := applyMemoryLimit(memoryLimit, memlimit.FromCgroup, g.ctx, g.logger)
+	if err != nil {
+		return err
 	}
 	cfg.Version, cfg.Commit = buildVersion()
-	g.logger.Info("orderly starting", "version", cfg.Version, "commit", cfg.Commit)
+	attrs := []any{"version", cfg.Version, "commit", cfg.Commit, "memory_limit", "none"}
+	if limit != math.MaxInt64 {
+		attrs[len(attrs)-1] = sizeString(limit)
+	}
+	g.logger.Info("orderly starting", append(attrs, "memory_limit_from", from)...)
 	s, err := server.Start(g.ctx, cfg, g.logger)
 	if err != nil {
 		return err

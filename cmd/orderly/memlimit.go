@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
+)
+
+// memoryLimitRatio is the share of a container's memory limit that
+// --memory-limit auto gives the Go runtime: the rest is for what the Go
+// runtime does not count (the binary, the kernel's page cache of the store
+// is reclaimable) and for the time the collector takes to catch up.
+const memoryLimitRatio = 0.9
+
+// memoryLimitRefresh is how often auto reads the container's limit again
+// (it may be resized while orderly runs).
+const memoryLimitRefresh = time.Minute
+
+// applyMemoryLimit sets the Go runtime's soft memory limit from
+// --memory-limit and returns it (math.MaxInt64 for none) and where it came
+// from, for the log:
+//
+//   - "auto" (the default): 90% of the memory limit of the process's control
+//     group (a container's, cgroup v1 or v2) when it has one, unless the
+//     GOMEMLIMIT environment variable sets the limit; none otherwise. Without
+//     it a burst of orders grows nats-server's caches and the collector's
+//     garbage past a container's limit, and the kernel kills the process
+//     (docs/operations.md). cgroup reads the container's limit (tests give
+//     their own); refresh, when not nil, keeps reading it until it ends.
+//   - "off": no limit, also when GOMEMLIMIT sets one.
+//   - a size such as 400MiB: that limit.
+//
+// With serve's embedded NATS server in a child process the child takes the
+// same limit (natsserver.StartChild).
+func applyMemoryLimit(flag string, cgroup memlimit.Provider, refresh context.Context, logger *slog.Logger) (int64, string, error) {
+	switch strings.ToLower(strings.TrimSpace(flag)) {
+	case "", "auto":
+		if v := os.Getenv("GOMEMLIMIT"); v != "" {
+			return debug.SetMemoryLimit(-1), "GOMEMLIMIT=" + v, nil
+		}
+		limit, err := cgroup()
+		if errors.Is(err, memlimit.ErrNoLimit) {
+			return debug.SetMemoryLimit(-1), "no container memory limit", nil
+		}
+		if err != nil {
+			// Not in a cgroup that says (not Linux, no cgroup file system):
+			// the same as no limit, and worth a line at debug level.
+			logger.Debug("no container memory limit found", "err", err)
+			return debug.SetMemoryLimit(-1), "no container memory limit found", nil
+		}
+		opts := []memlimit.Option{memlimit.WithProvider(cgroup), memlimit.WithRatio(memoryLimitRatio),
+			memlimit.WithLogger(logger.With("component", "memory-limit"))}
+		if refresh != nil {
+			opts = append(opts, memlimit.WithRefreshInterval(refresh, memoryLimitRefresh))
+		}
+		// memlimit.Set also honours AUTOMEMLIMIT (a ratio, or off), and
+		// refuses it empty: empty is unset, as for GOMEMLIMIT.
+		if v, ok := os.LookupEnv("AUTOMEMLIMIT"); ok && strings.TrimSpace(v) == "" {
+			os.Unsetenv("AUTOMEMLIMIT")
+		}
+		set, err := memlimit.Set(opts...)
+		if err != nil {
+			return set, "", fmt.Errorf("--memory-limit auto: %w", err)
+		}
+		if set == math.MaxInt64 {
+			return set, "AUTOMEMLIMIT=" + os.Getenv("AUTOMEMLIMIT"), nil
+		}
+		return set, "the container's limit of " + sizeString(int64(min(limit, math.MaxInt64))), nil
+	case "off", "none":
+		debug.SetMemoryLimit(math.MaxInt64)
+		return math.MaxInt64, "off", nil
+	}
+	n, err := parseBytes(flag)
+	if err != nil {
+		return 0, "", fmt.Errorf("--memory-limit: %w, auto or off", err)
+	}
+	debug.SetMemoryLimit(n)
+	return n, "--memory-limit", nil
+}
+
+// sizeString prints n bytes in MiB, the unit of the flag's examples.
+func sizeString(n int64) string { return fmt.Sprintf("%dMiB", n>>20) }
