@@ -80,7 +80,7 @@ func applyMemoryLimit(flag string, cgroup memlimit.Provider, refresh context.Con
 	}
 	n, err := parseBytes(flag)
 	if err != nil {
-		return 0, "", fmt.Errorf("--memory-limit: %w, auto or off", err)
+		return 0, "", fmt.Errorf("--memory-limit %q: want auto, off or a size such as 512MiB", flag)
 	}
 	debug.SetMemoryLimit(n)
 	return n, "--memory-limit", nil
