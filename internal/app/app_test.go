@@ -293,8 +293,17 @@ func TestSubmit(t *testing.T) {
 			in: submit(0, 0), err: ErrUnavailable, published: 1},
 		{name: "publish refused while a leader is elected, then stored", setup: func(f *fixture) { f.commands.failFirst, f.commands.failWith = 3, noLeader },
 			in: submit(0, 0), kind: Accepted, orderID: firstID, published: 4},
-		{name: "ack lost: published again, the duplicate ack tells the truth", setup: func(f *fixture) { f.commands.failFirst, f.commands.failWith = 1, timedOut },
-			in: submit(0, 0), kind: InProgress, orderID: firstID, published: 2},
+		{name: "ack lost: published again, the duplicate ack is of this request's own command: accepted, not a retry",
+			setup: func(f *fixture) { f.commands.failFirst, f.commands.failWith = 1, timedOut },
+			in:    submit(0, 0), kind: Accepted, orderID: firstID, published: 2},
+		{name: "ack lost, the window holding an earlier request's command with the same body: in progress",
+			setup: func(f *fixture) {
+				_, _, _ = f.commands.Publish(context.Background(), events.CreateOrder{KeyHash: key, Nonce: "N0NCE0000000A", Fingerprint: "fp", AcceptedAt: time.Unix(1, 0).UTC()})
+				f.commands.failFirst, f.commands.failWith = 2, timedOut
+			},
+			in: submit(0, 0), kind: InProgress, orderID: firstID, published: 3},
+		{name: "ack lost, decided within the wait: created, not a replay", setup: func(f *fixture) { f.commands.failFirst, f.commands.failWith = 1, timedOut },
+			in: submit(time.Second, 0), decide: ptr(completed(firstID, "fp")), kind: Completed, orderID: firstID, published: 2},
 		{name: "never confirmed: the outcome is unknown", setup: func(f *fixture) { f.commands.err = timedOut },
 			in: submit(0, 0), err: ErrOutcomeUnknown, published: -1},
 		{name: "never stored, never confirmed: unavailable", setup: func(f *fixture) { f.commands.err = noLeader },

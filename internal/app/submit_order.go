@@ -105,9 +105,14 @@ func (s *Service) submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 	} else {
 		cmd.Nonce = s.newNonce()
 	}
-	seq, duplicate, err := s.publish(ctx, cmd)
+	seq, duplicate, resent, err := s.publish(ctx, cmd)
 	if err != nil {
 		return Outcome{}, err
+	}
+	if duplicate && resent && s.ownCommand(ctx, cmd, seq) {
+		// An attempt whose ack was lost stored this very command: this is
+		// the key's first request, not a retry, and is answered as one.
+		duplicate = false
 	}
 	if duplicate {
 		return s.duplicate(ctx, in, seq, updates)
@@ -117,6 +122,21 @@ func (s *Service) submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("command of key %s stored at %d makes no order ID", in.KeyHash, seq)
 	}
 	return s.await(ctx, in, orderID, updates, in.Wait, false)
+}
+
+// ownCommand reports whether the command stored at seq is cmd itself: the
+// same key, request and acceptance time (set once per request, to the
+// nanosecond), and the same nonce and ID form. A read that fails says no:
+// the request is then answered as a retry of the stored command, as it was
+// before this check.
+func (s *Service) ownCommand(ctx context.Context, cmd events.CreateOrder, seq uint64) bool {
+	var orig events.CreateOrder
+	err := s.call(ctx, "read original command", func(ctx context.Context) (err error) {
+		orig, err = s.deps.Commands.Command(ctx, seq)
+		return err
+	})
+	return err == nil && orig.Tenant == cmd.Tenant && orig.KeyHash == cmd.KeyHash && orig.Fingerprint == cmd.Fingerprint &&
+		orig.AcceptedAt.Equal(cmd.AcceptedAt) && orig.Nonce == cmd.Nonce && orig.IDForm == cmd.IDForm
 }
 
 // result reads key from ORDER_RESULTS and caches a completed result.
