@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/dustin/go-humanize"
 )
 
 // memoryLimitRatio is the share of a container's memory limit that
@@ -73,7 +74,7 @@ func applyMemoryLimit(flag string, cgroup memlimit.Provider, refresh context.Con
 		if set == math.MaxInt64 {
 			return set, "AUTOMEMLIMIT=" + os.Getenv("AUTOMEMLIMIT"), nil
 		}
-		return set, "the container's limit of " + sizeString(int64(min(limit, math.MaxInt64))), nil
+		return set, "the container's limit of " + humanize.IBytes(limit), nil
 	case "off", "none":
 		debug.SetMemoryLimit(math.MaxInt64)
 		return math.MaxInt64, "off", nil
@@ -85,6 +86,3 @@ func applyMemoryLimit(flag string, cgroup memlimit.Provider, refresh context.Con
 	debug.SetMemoryLimit(n)
 	return n, "--memory-limit", nil
 }
-
-// sizeString prints n bytes in MiB, the unit of the flag's examples.
-func sizeString(n int64) string { return fmt.Sprintf("%dMiB", n>>20) }

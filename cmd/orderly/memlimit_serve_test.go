@@ -54,7 +54,7 @@ func TestServeTakesItsContainersMemoryLimit(t *testing.T) {
 		line := regexp.MustCompile(`\ngo_gc_gomemlimit_bytes [^\n]*`).FindString(string(r.Body))
 		t.Errorf("the runtime's memory limit is %q, want %d (90%% of the container's 600 MiB)", strings.TrimSpace(line), want)
 	}
-	if !strings.Contains(log.String(), "memory_limit=540MiB") || !strings.Contains(log.String(), "the container's limit of 600MiB") {
+	if !strings.Contains(log.String(), `memory_limit="540 MiB"`) || !strings.Contains(log.String(), "the container's limit of 600 MiB") {
 		t.Errorf("serve's log does not say where its memory limit comes from:\n%s", log.String())
 	}
 }

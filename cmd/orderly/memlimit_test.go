@@ -33,8 +33,8 @@ func TestMemoryLimit(t *testing.T) {
 		want     int64
 		wantFrom string
 	}{
-		{"auto", gib, nil, gib * 9 / 10, "the container's limit of 1024MiB"},
-		{"", 600 << 20, nil, 600 << 20 * 9 / 10, "the container's limit of 600MiB"},
+		{"auto", gib, nil, gib * 9 / 10, "the container's limit of 1.0 GiB"},
+		{"", 600 << 20, nil, 600 << 20 * 9 / 10, "the container's limit of 600 MiB"},
 		{"auto", 0, memlimit.ErrNoLimit, math.MaxInt64, "no container memory limit"},
 		{"auto", 0, errors.New("no cgroup file system"), math.MaxInt64, "no container memory limit found"},
 		{"off", gib, nil, math.MaxInt64, "off"},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/dustin/go-humanize"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsserver"
@@ -268,7 +269,7 @@ func runServer(g *globals, cfg server.Config, memoryLimit string) error {
 	cfg.Version, cfg.Commit = buildVersion()
 	attrs := []any{"version", cfg.Version, "commit", cfg.Commit, "memory_limit", "none"}
 	if limit != math.MaxInt64 {
-		attrs[len(attrs)-1] = sizeString(limit)
+		attrs[len(attrs)-1] = humanize.IBytes(uint64(limit))
 	}
 	g.logger.Info("orderly starting", append(attrs, "memory_limit_from", from)...)
 	s, err := server.Start(g.ctx, cfg, g.logger)

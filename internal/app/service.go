@@ -356,16 +356,16 @@ func (s *Service) call(ctx context.Context, op string, f func(ctx context.Contex
 
 // publish stores cmd. While the outcome is unknown (an attempt that timed
 // out may have stored it), it publishes the same command again: the broker's
-// duplicate ack then tells the truth. resent says that an attempt before the
-// one that succeeded may have stored cmd, so that a duplicate may be cmd
-// itself. ErrOutcomeUnknown when the budget runs out after a command was
-// sent, ErrUnavailable when nothing was.
-func (s *Service) publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate, resent bool, err error) {
+// duplicate ack then tells the truth: duplicate is true only when another
+// request's command holds the key, not when an earlier attempt stored cmd
+// itself (see ownCommand). ErrOutcomeUnknown when the budget runs out after
+// a command was sent, ErrUnavailable when nothing was.
+func (s *Service) publish(ctx context.Context, cmd events.CreateOrder) (seq uint64, duplicate bool, err error) {
 	deadline := time.Now().Add(s.cfg.RequestTimeout)
 	sent := false
 	for n := 1; ; n++ {
 		if err := s.connected(ctx, deadline); err != nil {
-			return 0, false, false, s.publishFailed(sent, err)
+			return 0, false, s.publishFailed(sent, err)
 		}
 		actx, cancel := s.attempt(ctx, deadline, n)
 		seq, duplicate, err = s.deps.Commands.Publish(actx, cmd)
@@ -373,17 +373,20 @@ func (s *Service) publish(ctx context.Context, cmd events.CreateOrder) (seq uint
 		cancel()
 		if err == nil {
 			s.stored.Add(1)
-			return seq, duplicate, sent, nil
+			if duplicate && sent && s.ownCommand(ctx, cmd, seq) {
+				duplicate = false // an attempt whose ack was lost stored cmd
+			}
+			return seq, duplicate, nil
 		}
 		if !notStored(err) {
 			sent = true
 		}
 		s.logger.DebugContext(ctx, "publish attempt failed", "attempt", n, "expired", expired, "err", err)
 		if !temporary(err) && !expired {
-			return 0, false, false, s.publishFailed(sent, err)
+			return 0, false, s.publishFailed(sent, err)
 		}
 		if ctx.Err() != nil || !pause(ctx, deadline, n) {
-			return 0, false, false, s.publishFailed(sent, err)
+			return 0, false, s.publishFailed(sent, err)
 		}
 	}
 }

@@ -105,14 +105,9 @@ func (s *Service) submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 	} else {
 		cmd.Nonce = s.newNonce()
 	}
-	seq, duplicate, resent, err := s.publish(ctx, cmd)
+	seq, duplicate, err := s.publish(ctx, cmd)
 	if err != nil {
 		return Outcome{}, err
-	}
-	if duplicate && resent && s.ownCommand(ctx, cmd, seq) {
-		// An attempt whose ack was lost stored this very command: this is
-		// the key's first request, not a retry, and is answered as one.
-		duplicate = false
 	}
 	if duplicate {
 		return s.duplicate(ctx, in, seq, updates)
@@ -126,9 +121,9 @@ func (s *Service) submit(ctx context.Context, in SubmitOrder) (Outcome, error) {
 
 // ownCommand reports whether the command stored at seq is cmd itself: the
 // same key, request and acceptance time (set once per request, to the
-// nanosecond), and the same nonce and ID form. A read that fails says no:
-// the request is then answered as a retry of the stored command, as it was
-// before this check.
+// nanosecond), and the same nonce and ID form. Then the request is the
+// key's first, not a retry of itself. A read that fails says no: the
+// request is then answered as a retry of the stored command.
 func (s *Service) ownCommand(ctx context.Context, cmd events.CreateOrder, seq uint64) bool {
 	var orig events.CreateOrder
 	err := s.call(ctx, "read original command", func(ctx context.Context) (err error) {
