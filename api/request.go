@@ -404,7 +404,7 @@ func (d *decoder) items(raw json.RawMessage) []events.Item {
 }
 
 func jsonReason(err error, body []byte) string {
-	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] != '{' && b[0] != 'n' {
+	if b := bytes.TrimLeft(body, jsonSpace); len(b) > 0 && b[0] != '{' && b[0] != 'n' {
 		return "the body must be a JSON object"
 	}
 	var syn *gojson.SyntaxError
@@ -418,15 +418,30 @@ func jsonReason(err error, body []byte) string {
 	return "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")
 }
 
+// jsonSpace is the white space JSON allows between tokens.
+const jsonSpace = " \t\r\n"
+
 // strictJSON reports what makes body not I-JSON, on the field it concerns.
 func strictJSON(body []byte) *problem.FieldError {
 	if jsontext.Value(body).IsValid() {
 		return nil
 	}
-	_, err := jsontext.NewDecoder(bytes.NewReader(body)).ReadValue()
+	if len(bytes.TrimLeft(body, jsonSpace)) == 0 {
+		return &problem.FieldError{Field: "", Reason: "the body is empty; send the order as a JSON object"}
+	}
+	d := jsontext.NewDecoder(bytes.NewReader(body))
+	_, err := d.ReadValue()
+	if err == nil { // one whole value, and something after it
+		if b := bytes.TrimLeft(body, jsonSpace); b[0] != '{' {
+			return &problem.FieldError{Field: "", Reason: "the body must be a JSON object"}
+		}
+		rest := body[d.InputOffset():]
+		at := len(body) - len(bytes.TrimLeft(rest, jsonSpace))
+		return &problem.FieldError{Field: "", Reason: fmt.Sprintf("malformed JSON after byte %d: data after the JSON object; send one object", at)}
+	}
 	var se *jsontext.SyntacticError
 	if !errors.As(err, &se) {
-		if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return &problem.FieldError{Field: "", Reason: "unexpected end of JSON input"}
 		}
 		return &problem.FieldError{Field: "", Reason: "malformed JSON: " + strings.TrimPrefix(err.Error(), "jsontext: ")}
@@ -441,7 +456,7 @@ func strictJSON(body []byte) *problem.FieldError {
 	case strings.Contains(msg, "surrogate"):
 		return &problem.FieldError{Field: field, Reason: `holds a \u escape of a lone UTF-16 surrogate; escape a character outside the BMP as a pair`}
 	}
-	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] != '{' && b[0] != 'n' {
+	if b := bytes.TrimLeft(body, jsonSpace); len(b) > 0 && b[0] != '{' && b[0] != 'n' {
 		return &problem.FieldError{Field: "", Reason: "the body must be a JSON object"}
 	}
 	if errors.Is(se.Err, io.ErrUnexpectedEOF) {

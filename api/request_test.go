@@ -207,3 +207,25 @@ func TestDecodedOrderOwnsItsStrings(t *testing.T) {
 		}
 	}
 }
+
+// A syntax error's reason says what is wrong and where: data after the
+// order is not "the end of the input", and an empty body is named as such.
+func TestDecodeOrderSyntaxReasons(t *testing.T) {
+	t.Parallel()
+	const order = `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`
+	cases := []struct{ name, body, reason string }{
+		{"a second value after the order", order + ` {}`, "malformed JSON after byte 87: data after the JSON object; send one object"},
+		{"a word after the order", order + `x`, "malformed JSON after byte 86: data after the JSON object; send one object"},
+		{"cut short", `{"customer_id":`, "malformed JSON after byte 15: unexpected end of JSON input"},
+		{"empty", ``, "the body is empty; send the order as a JSON object"},
+		{"only white space", " \n\t", "the body is empty; send the order as a JSON object"},
+		{"not an object", `[1]`, "the body must be a JSON object"},
+		{"not an object, then more", `[1] {}`, "the body must be a JSON object"},
+	}
+	for _, tc := range cases {
+		_, errs := DecodeOrder([]byte(tc.body))
+		if len(errs) != 1 || errs[0].Field != "" || errs[0].Reason != tc.reason {
+			t.Errorf("%s: errors %+v, want one on the body: %q", tc.name, errs, tc.reason)
+		}
+	}
+}
