@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/admin"
@@ -128,25 +129,40 @@ type KeysCmd struct {
 
 // KeyArgs name a key.
 type KeyArgs struct {
-	Key    string `arg:"" help:"The idempotency key as the client sent it (unquoted), or its hash with --hash."`
+	Key    string `arg:"" help:"The idempotency key as the client sent it (its Idempotency-Key header's value, quoted or not), or its hash with --hash."`
 	Tenant string `name:"tenant" default:"default" help:"The key's tenant (the tenant of the client's token; 'default' without tokens)."`
 	Hash   bool   `name:"hash" help:"KEY is the key hash (idempotency_key_hash of an event, the key_hash of orderly dlq list), not the key."`
 }
 
-func (k KeyArgs) hash() string {
+// hash is the key's hash. A key is read as the API reads its header, so
+// the header's value may be pasted as it was sent ("abc" or abc;p=1 is the
+// key abc), and a key or tenant the API would never have stored is refused
+// rather than reported as unused.
+func (k KeyArgs) hash() (string, error) {
 	if k.Hash {
-		return k.Key
+		return k.Key, nil
 	}
-	return idempotency.KeyHash(k.Tenant, k.Key)
+	if !tenantName.MatchString(k.Tenant) {
+		return "", fmt.Errorf("tenant %q: a tenant is 1 to 64 letters, digits, '.', '_' or '-'", k.Tenant)
+	}
+	key, kerr := api.ParseIdempotencyKey([]string{k.Key})
+	if kerr != nil {
+		return "", fmt.Errorf("%q is not a key the API accepts: %s", k.Key, kerr.Detail)
+	}
+	return idempotency.KeyHash(k.Tenant, key), nil
 }
 
 // lookUp connects as t and reads the key; close the connection with closeNC.
 func (k KeyArgs) lookUp(g *globals, t ToolNATS) (js jetstream.JetStream, key admin.Key, closeNC func(), err error) {
+	hash, err := k.hash()
+	if err != nil {
+		return nil, key, nil, err
+	}
 	js, closeNC, err = t.connectJS("orderly-keys")
 	if err != nil {
 		return nil, key, nil, err
 	}
-	key, err = admin.LookUp(g.ctx, js, k.hash())
+	key, err = admin.LookUp(g.ctx, js, hash)
 	if err != nil {
 		closeNC()
 		return nil, key, nil, err

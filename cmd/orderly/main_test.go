@@ -328,6 +328,16 @@ func TestOperatorTools(t *testing.T) {
 	if out, err := tool("keys", "get", "never-used"); err != nil || !strings.Contains(out, "none") {
 		t.Errorf("keys get of an unused key: %v\n%s", err, out)
 	}
+	// The header's value as sent names the same key; what the API would
+	// refuse is refused, not reported as unused.
+	if out, err := tool("keys", "get", `"tool-1";p=1`); err != nil || !strings.Contains(out, "completed") {
+		t.Errorf("keys get of the quoted key: %v\n%s", err, out)
+	}
+	for _, bad := range [][]string{{strings.Repeat("k", 256)}, {""}, {"a b"}, {"tool-1", "--tenant", "a b"}} {
+		if out, err := tool(append([]string{"keys", "get"}, bad...)...); err == nil || strings.Contains(out, "none") || !strings.Contains(out, "orderly: ") {
+			t.Errorf("keys get %q: %v, want a refusal:\n%s", bad, err, out)
+		}
+	}
 	if out, err := tool("status"); err != nil || !strings.Contains(out, "order IDs of new orders: keyed") {
 		t.Errorf("status does not show the stored form of order IDs: %v\n%s", err, out)
 	} else if !regexp.MustCompile(`(?m)^ORDER_COMMANDS +[1-9][0-9,]* +[0-9.]+ (B|KiB|MiB) +1 `).MatchString(out) {
