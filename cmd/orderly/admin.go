@@ -267,7 +267,7 @@ func orNone(s string) string {
 // BackupCmd is orderly backup.
 type BackupCmd struct {
 	ToolNATS
-	Dir string `arg:"" type:"path" help:"New directory for the backup (one subdirectory per stream, and orderly-backup.json)."`
+	Dir string `arg:"" type:"path" help:"New or empty directory for the backup (one subdirectory per stream, and orderly-backup.json); that of a backup that did not finish is reused."`
 }
 
 // Run backs up.

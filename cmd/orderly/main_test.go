@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
@@ -327,6 +328,24 @@ func TestOperatorTools(t *testing.T) {
 	}
 	if out, err := tool("keys", "get", "never-used"); err != nil || !strings.Contains(out, "none") {
 		t.Errorf("keys get of an unused key: %v\n%s", err, out)
+	}
+	// A backup goes into a new or empty directory, or one of a backup that
+	// did not finish; never into a directory with other files, such as the
+	// data directory of the running serve.
+	if out, err := tool("backup", dir); err == nil || !strings.Contains(out, "is not empty") {
+		t.Errorf("backup into the data directory: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, admin.ManifestFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("backup into the data directory wrote its manifest there: %v", err)
+	}
+	unfinished := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(unfinished, "ORDER_COMMANDS"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tool("backup", unfinished); err != nil {
+		t.Errorf("backup into the directory of one that did not finish: %v\n%s", err, out)
+	} else if out, err := tool("backup", unfinished); err == nil || !strings.Contains(out, "already holds a backup") {
+		t.Errorf("a second backup into a backup's directory: %v\n%s", err, out)
 	}
 	// The header's value as sent names the same key; what the API would
 	// refuse is refused, not reported as unused.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,8 +51,8 @@ type Progress func(stream string, done, total uint64)
 // manifest is not a backup. Taken while orderly runs, each stream is a
 // consistent snapshot of itself; the streams are taken one after the other.
 func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (Manifest, error) {
-	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err == nil {
-		return Manifest{}, fmt.Errorf("%s already holds a backup", dir)
+	if err := checkBackupDir(dir); err != nil {
+		return Manifest{}, err
 	}
 	mgr, err := jsm.New(nc, jsm.WithTimeout(30*time.Second))
 	if err != nil {
@@ -81,6 +82,31 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (
 		return m, err
 	}
 	return m, nil
+}
+
+// checkBackupDir refuses a directory a backup must not be written into:
+// one that holds a backup, or anything other than the stream directories
+// of a backup that did not finish (which a new backup replaces). So a
+// backup never mixes with other files, such as a NATS store's.
+func checkBackupDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("backup directory: %w", err)
+	}
+	for _, e := range entries {
+		switch {
+		case e.Name() == ManifestFile:
+			return fmt.Errorf("%s already holds a backup", dir)
+		case e.IsDir() && slices.Contains(Streams, e.Name()):
+			// a stream of a backup that did not finish
+		default:
+			return fmt.Errorf("%s is not empty (it holds %q): give a new or empty directory; only that of a backup that did not finish is reused", dir, e.Name())
+		}
+	}
+	return nil
 }
 
 // ErrNotEmpty refuses to restore over a stream that holds messages.
