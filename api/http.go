@@ -10,7 +10,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -112,13 +111,29 @@ type handlers struct {
 	cfg     Config
 	svc     Service
 	logger  *slog.Logger
-	tokens  map[[sha256.Size]byte]string
+	tokens  *Tokens
 	metrics *httpMetrics
+}
+
+// Handler is the API's HTTP handler with its tokens, which may be replaced
+// while it serves.
+type Handler struct {
+	http.Handler
+	Tokens *Tokens
 }
 
 // NewHandler returns the HTTP handler. ops serves /healthz, /readyz and
 // /metrics (internal/ops); reg receives the HTTP metrics.
 func NewHandler(cfg Config, svc Service, ops http.Handler, reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
+	h, err := New(cfg, svc, ops, reg, logger)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// New is NewHandler, with the API's tokens to replace.
+func New(cfg Config, svc Service, ops http.Handler, reg prometheus.Registerer, logger *slog.Logger) (*Handler, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -126,11 +141,7 @@ func NewHandler(cfg Config, svc Service, ops http.Handler, reg prometheus.Regist
 	if svc == nil || ops == nil || reg == nil || logger == nil {
 		return nil, errors.New("api: nil dependency")
 	}
-	h := &handlers{cfg: cfg, svc: svc, logger: logger.With("component", "api"),
-		tokens: make(map[[sha256.Size]byte]string, len(cfg.Tokens))}
-	for token, tenant := range cfg.Tokens {
-		h.tokens[sha256.Sum256([]byte(token))] = tenant
-	}
+	h := &handlers{cfg: cfg, svc: svc, logger: logger.With("component", "api"), tokens: newTokens(cfg.Tokens)}
 	m, err := newHTTPMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -168,7 +179,7 @@ func NewHandler(cfg Config, svc Service, ops http.Handler, reg prometheus.Regist
 		writeProblem(c, problem.New(http.StatusMethodNotAllowed, problem.CodeMethod, "Method not allowed",
 			problem.Quoted(c.Request.Method)+" is not allowed on "+problem.Quoted(c.Request.URL.Path)))
 	})
-	return r, nil
+	return &Handler{Handler: r, Tokens: h.tokens}, nil
 }
 
 func (h *handlers) recover(c *gin.Context) {
@@ -187,7 +198,7 @@ func (h *handlers) recover(c *gin.Context) {
 
 // authenticate resolves the tenant from the bearer token.
 func (h *handlers) authenticate(c *gin.Context) {
-	if len(h.tokens) == 0 {
+	if !h.tokens.enabled {
 		return // every request is DefaultTenant's (see tenant)
 	}
 	const prefix = "Bearer "
@@ -201,7 +212,7 @@ func (h *handlers) authenticate(c *gin.Context) {
 		c.Abort()
 		return
 	}
-	tenant, ok := h.tokens[sha256.Sum256([]byte(auth[len(prefix):]))]
+	tenant, ok := h.tokens.tenant(auth[len(prefix):])
 	if !ok {
 		c.Header("WWW-Authenticate", `Bearer realm="orderly", error="invalid_token"`)
 		writeProblem(c, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "Unauthorized", "the bearer token is not valid"))
@@ -218,7 +229,7 @@ const tenantKey = "orderly.tenant"
 // authenticate found for the request's token (setting it for every request
 // would allocate gin's key map for each).
 func (h *handlers) tenant(c *gin.Context) string {
-	if len(h.tokens) == 0 {
+	if !h.tokens.enabled {
 		return DefaultTenant
 	}
 	return c.GetString(tenantKey)

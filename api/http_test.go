@@ -231,6 +231,75 @@ func TestTokensScopeTenants(t *testing.T) {
 	}
 }
 
+// TestTokensReplace: a replaced set takes effect for the next request; an
+// empty set, or one for an API that started without tokens, is refused and
+// changes nothing. The race detector runs requests beside the replaces.
+func TestTokensReplace(t *testing.T) {
+	t.Parallel()
+	svc := &fakeService{order: idempotency.Order{Status: idempotency.StatusCreated, Body: []byte("{}")}}
+	reg := prometheus.NewRegistry()
+	o, err := ops.NewHandler(ops.Config{}, nil, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := api.New(api.Config{Tokens: map[string]string{"secret-token-a": "tenant-a", "secret-token-b": "tenant-b"}}, svc, o, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(token string) int {
+		return do(h, http.MethodGet, "/v1/orders/ord_1", "", "Authorization: Bearer "+token).Code
+	}
+	if get("secret-token-a") != 200 || get("secret-token-c") != 401 {
+		t.Fatal("the tokens it started with")
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // requests while the set is replaced
+		defer wg.Done()
+		for range 200 {
+			if c := get("secret-token-b"); c != 200 && c != 401 {
+				t.Errorf("a request during the replaces: %d", c)
+			}
+		}
+	}()
+	c, err := h.Tokens.Replace(map[string]string{"secret-token-b": "tenant-c", "secret-token-c": "tenant-c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (api.TokenChange{Tokens: 2, Tenants: 1, Added: 1, Removed: 1, Moved: 1}); c != want {
+		t.Errorf("change %+v, want %+v", c, want)
+	}
+	if get("secret-token-a") != 401 || get("secret-token-c") != 200 {
+		t.Fatal("after the replace: the removed token still works, or the added one does not")
+	}
+	wg.Wait()
+	if get("secret-token-b") != 200 || svc.tenant != "tenant-c" {
+		t.Fatalf("a token moved to another tenant: tenant %q", svc.tenant)
+	}
+	if _, err := h.Tokens.Replace(nil); err == nil || get("secret-token-c") != 200 {
+		t.Fatalf("an empty set: %v", err)
+	}
+	if _, err := h.Tokens.Replace(map[string]string{"secret-token-d": ""}); err == nil || get("secret-token-c") != 200 {
+		t.Fatalf("a token without a tenant: %v", err)
+	}
+
+	reg2 := prometheus.NewRegistry()
+	o2, err := ops.NewHandler(ops.Config{}, nil, nil, reg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := api.New(api.Config{}, svc, o2, reg2, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.Tokens.Replace(map[string]string{"secret-token-a": "tenant-a"}); err == nil {
+		t.Fatal("an API without tokens took some while it ran")
+	}
+	if w := do(open, http.MethodGet, "/v1/orders/ord_1", ""); w.Code != 200 {
+		t.Fatalf("the API without tokens after the refused replace: %d", w.Code)
+	}
+}
+
 func TestGetOrder(t *testing.T) {
 	t.Parallel()
 	svc := &fakeService{order: idempotency.Order{Status: idempotency.StatusPending, Body: []byte(`{"status":"pending"}`)}}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -413,5 +414,83 @@ func TestOperatorTools(t *testing.T) {
 				t.Errorf("%s: the output holds %q:\n%q", args, c, out)
 			}
 		}
+	}
+}
+
+// TestTokensReloadOnSIGHUP: orderly serve re-reads --tokens-file on SIGHUP.
+// A token added with orderly tokens add works without a restart, a removed
+// one stops working, and a file that no longer holds a valid set changes
+// nothing and is logged. SIGHUP never stops the process.
+func TestTokensReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("tenant-a first-token-of-tenant-a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args, url := serveArgs(t, filepath.Join(t.TempDir(), "data"))
+	out := &orderlytest.Buffer{}
+	p := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--tokens-file", tokens), URL: url, Output: out}
+	p.Start()
+	t.Cleanup(p.Kill9)
+	n := 0
+	post := func(token string) int {
+		n++
+		return orderlytest.Do(t, http.MethodPost, url+"/v1/orders", orderlytest.Order("c-1"), "Content-Type: application/json",
+			fmt.Sprintf("Idempotency-Key: k-%d", n), "Prefer: respond-async", "Authorization: Bearer "+token).Status
+	}
+	hup := func(wantLog string) {
+		t.Helper()
+		before := strings.Count(out.String(), wantLog)
+		if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		orderlytest.Eventually(t, 10*time.Second, "the log line "+wantLog, func() bool {
+			return strings.Count(out.String(), wantLog) > before
+		})
+	}
+	if s := post("first-token-of-tenant-a"); s != http.StatusAccepted {
+		t.Fatalf("the first token: %d", s)
+	}
+
+	added, err := exec.Command(bin, "tokens", "add", "tenant-b", "--tokens-file", tokens).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := strings.TrimSpace(string(added))
+	if s := post(second); s != http.StatusUnauthorized {
+		t.Fatalf("the added token before SIGHUP: %d", s)
+	}
+	hup("tokens file reloaded")
+	if s := post(second); s != http.StatusAccepted {
+		t.Fatalf("the added token after SIGHUP: %d\n%s", s, out.String())
+	}
+
+	// Revoke the first token.
+	if err := os.WriteFile(tokens, []byte("tenant-b "+second+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup("tokens file reloaded")
+	if s := post("first-token-of-tenant-a"); s != http.StatusUnauthorized {
+		t.Fatalf("the revoked token after SIGHUP: %d", s)
+	}
+
+	// A file with a token too short to keep: nothing changes.
+	if err := os.WriteFile(tokens, []byte("tenant-c short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup("tokens file not reloaded")
+	if s := post(second); s != http.StatusAccepted {
+		t.Fatalf("the kept token after a refused reload: %d", s)
+	}
+	if err := os.Remove(tokens); err != nil {
+		t.Fatal(err)
+	}
+	hup("tokens file not reloaded")
+	if s := post(second); s != http.StatusAccepted {
+		t.Fatalf("the kept token after the file was removed: %d", s)
+	}
+	if strings.Contains(out.String(), second) || strings.Contains(out.String(), "first-token-of-tenant-a") {
+		t.Errorf("a token was logged:\n%s", out.String())
 	}
 }

@@ -5,15 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/dustin/go-humanize"
 
+	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -83,7 +87,7 @@ type APIFlags struct {
 	IdleTimeout    time.Duration `name:"http-idle-timeout" env:"ORDERLY_HTTP_IDLE_TIMEOUT" default:"60s" help:"How long a keep-alive connection may stay idle."`
 	MaxHeaderBytes int           `name:"http-max-header-bytes" env:"ORDERLY_HTTP_MAX_HEADER_BYTES" default:"32768" help:"Largest size of a request's headers (431 above)."`
 	MaxConns       int           `name:"http-max-conns" env:"ORDERLY_HTTP_MAX_CONNS" default:"0" help:"Most HTTP connections open at once; more wait in the listen queue, so that clients never take the file descriptors the store needs. 0: half of the open-file limit (ulimit -n), between 64 and 16384."`
-	TokensFile     string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines (random tokens of at least 16 characters). When set, requests need Authorization: Bearer <token> and keys are scoped by tenant. Needed when --http-addr can be reached from other hosts, unless --http-anonymous."`
+	TokensFile     string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines (random tokens of at least 16 characters). When set, requests need Authorization: Bearer <token> and keys are scoped by tenant; SIGHUP reads the file again (a file without a valid set changes nothing). Needed when --http-addr can be reached from other hosts, unless --http-anonymous."`
 	HTTPAnonymous  bool          `name:"http-anonymous" env:"ORDERLY_HTTP_ANONYMOUS" help:"Serve /v1 without --tokens-file on an --http-addr that other hosts can reach (every client is tenant default). Without it orderly refuses to start there: anyone who reached the port could place orders. Only where something in front of orderly authenticates the clients, or every host that can reach the port is trusted. On a loopback address no tokens are needed."`
 	ResultCache    int           `name:"result-cache" env:"ORDERLY_RESULT_CACHE" default:"16384" help:"How many completed results the API keeps in memory for replays (about 1 KiB each)."`
 	OrderIDs       string        `name:"order-ids" env:"ORDERLY_ORDER_IDS" enum:"auto,nonce,keyed" default:"auto" help:"Form of the IDs of new orders. keyed: ord_ + 13 characters of the command's sequence + 20 of the hashed idempotency key; the order's event, on orders.events.<kind>.<key>.<seq>, is its key's claim (two stored messages per order, nothing in ORDER_RESULTS), and an order that loses its key stores no event and reads as 303 to the holder (docs/adr/0010). nonce: ord_ + the sequence + 13 random characters, the key claimed in ORDER_RESULTS. auto: the form stored with the topology (keyed when this version created it; orderly setup --order-ids changes it), followed as it changes."`
@@ -124,7 +128,7 @@ func (c *ServeCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	return runServer(g, cfg, c.MemoryLimit)
+	return runServer(g, cfg, c.MemoryLimit, c.TokensFile)
 }
 
 // config is the server configuration the flags describe.
@@ -182,7 +186,7 @@ func (c *APICmd) Run(g *globals) error {
 	if err := c.APIFlags.apply(&cfg); err != nil {
 		return err
 	}
-	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit)
+	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, c.TokensFile)
 }
 
 // ProcessorCmd is orderly processor: the processor alone.
@@ -196,7 +200,7 @@ type ProcessorCmd struct {
 func (c *ProcessorCmd) Run(g *globals) error {
 	cfg := c.RunFlags.config(server.Roles{Processor: true})
 	c.ProcessorFlags.apply(&cfg)
-	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit)
+	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, "")
 }
 
 // ProjectorCmd is orderly projector: the optional projector alone.
@@ -210,16 +214,16 @@ type ProjectorCmd struct {
 func (c *ProjectorCmd) Run(g *globals) error {
 	cfg := c.RunFlags.config(server.Roles{Projector: true})
 	c.ProjectorFlags.apply(&cfg)
-	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit)
+	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, "")
 }
 
 // runRole runs one role against the NATS that n names.
-func runRole(g *globals, n NATSFlags, cfg server.Config, memoryLimit string) error {
+func runRole(g *globals, n NATSFlags, cfg server.Config, memoryLimit, tokensFile string) error {
 	if n.NATSURL == "" {
 		return errors.New("--nats-url is required: the separate roles run against a NATS (cluster); use 'orderly serve' for one process with an embedded server")
 	}
 	n.apply(&cfg)
-	return runServer(g, cfg, memoryLimit)
+	return runServer(g, cfg, memoryLimit, tokensFile)
 }
 
 func (n NATSFlags) apply(cfg *server.Config) {
@@ -261,7 +265,10 @@ func (c *ProcessorFlags) apply(cfg *server.Config) { cfg.Processor.Concurrency =
 
 func (c *ProjectorFlags) apply(cfg *server.Config) { cfg.Projector.Concurrency = c.ProjConcurrency }
 
-func runServer(g *globals, cfg server.Config, memoryLimit string) error {
+// runServer runs a server until it is stopped or fails. SIGHUP reads
+// tokensFile again and gives the API its tokens; a process without one
+// logs that it has nothing to reload, and goes on.
+func runServer(g *globals, cfg server.Config, memoryLimit, tokensFile string) error {
 	limit, from, err := applyMemoryLimit(memoryLimit, memlimit.FromCgroup, g.ctx, g.logger)
 	if err != nil {
 		return err
@@ -276,12 +283,22 @@ func runServer(g *globals, cfg server.Config, memoryLimit string) error {
 	if err != nil {
 		return err
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	var failure error
-	select {
-	case <-g.ctx.Done():
-		g.logger.Info("shutting down")
-	case failure = <-s.Failed():
-		g.logger.Error("a component stopped; shutting down", "err", failure)
+wait:
+	for {
+		select {
+		case <-g.ctx.Done():
+			g.logger.Info("shutting down")
+			break wait
+		case failure = <-s.Failed():
+			g.logger.Error("a component stopped; shutting down", "err", failure)
+			break wait
+		case <-hup:
+			reloadTokens(g.logger, s, tokensFile)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -290,6 +307,26 @@ func runServer(g *globals, cfg server.Config, memoryLimit string) error {
 	}
 	g.logger.Info("stopped")
 	return failure
+}
+
+// reloadTokens reads path again and replaces the API's tokens with what it
+// holds. A file that cannot be read or holds no valid set changes nothing.
+func reloadTokens(logger *slog.Logger, s *server.Server, path string) {
+	if path == "" {
+		logger.Info("SIGHUP: nothing to reload (no --tokens-file)")
+		return
+	}
+	tokens, err := readTokens(path)
+	var c api.TokenChange
+	if err == nil {
+		c, err = s.ReplaceTokens(tokens)
+	}
+	if err != nil {
+		logger.Error("SIGHUP: tokens file not reloaded; the API keeps the tokens it had", "file", path, "err", err)
+		return
+	}
+	logger.Info("SIGHUP: tokens file reloaded", "file", path, "tokens", c.Tokens, "tenants", c.Tenants,
+		"added", c.Added, "removed", c.Removed, "moved_to_another_tenant", c.Moved)
 }
 
 // errNoTokens is readTokens' error for a file without a token.

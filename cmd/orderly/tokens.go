@@ -12,7 +12,7 @@ import (
 
 // TokensCmd groups the tools for the API's tokens.
 type TokensCmd struct {
-	Add TokensAddCmd `cmd:"" help:"Add a random token for a tenant to a tokens file (created with mode 0600 if missing) and print it once, for the client's Authorization: Bearer header. The APIs read the file at start: restart them."`
+	Add TokensAddCmd `cmd:"" help:"Add a random token for a tenant to a tokens file (created with mode 0600 if missing) and print it once, for the client's Authorization: Bearer header. Running APIs take it in on SIGHUP (kill -HUP), or at their next start."`
 }
 
 // TokensAddCmd is orderly tokens add.
@@ -30,7 +30,7 @@ func (c *TokensAddCmd) Run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "added a token for tenant %s to %s; restart the APIs to take it in. The token, for the client's Authorization: Bearer header:\n", c.Tenant, c.File)
+	fmt.Fprintf(os.Stderr, "added a token for tenant %s to %s; send the APIs SIGHUP (kill -HUP) to take it in. The token, for the client's Authorization: Bearer header:\n", c.Tenant, c.File)
 	fmt.Println(token)
 	return nil
 }

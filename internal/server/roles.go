@@ -212,10 +212,11 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 			return 0
 		}
 	}
-	handler, err := api.NewHandler(apiCfg, svc, opsHandler, s.registry, s.logger)
+	handler, err := api.New(apiCfg, svc, opsHandler, s.registry, s.logger)
 	if err != nil {
 		return err
 	}
+	s.tokens = handler.Tokens
 	return s.serveHTTP(handler)
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/internal/datadir"
@@ -61,6 +62,7 @@ type Server struct {
 	yield     *pipeline.Yield        // the processor's, with --decision-lag: the API's Retry-After reads it
 	durable   *durable.Syncer        // with --fsync group: the answers' group commit
 	svc       *app.Service
+	tokens    *api.Tokens // the API's, when it has the API role
 	http      *http.Server
 	httpLn    net.Listener
 	pprof     *http.Server
@@ -389,6 +391,16 @@ func (s *Server) NATSPID() int {
 // CredentialsDir is where the embedded server's credentials are, "" without
 // an embedded server.
 func (s *Server) CredentialsDir() string { return s.creds.Dir }
+
+// ReplaceTokens replaces the API's bearer tokens while it serves (see
+// api.Tokens.Replace): orderly calls it on SIGHUP with --tokens-file read
+// again. It fails for a process without the API role.
+func (s *Server) ReplaceTokens(tokens map[string]string) (api.TokenChange, error) {
+	if s.tokens == nil {
+		return api.TokenChange{}, errors.New("this process does not serve the API")
+	}
+	return s.tokens.Replace(tokens)
+}
 
 // Failed delivers an error when a component stopped on its own.
 func (s *Server) Failed() <-chan error { return s.failed }
