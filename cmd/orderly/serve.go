@@ -20,6 +20,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsserver"
+	"github.com/orderly-dev/orderly/internal/ops"
 	"github.com/orderly-dev/orderly/internal/server"
 )
 
@@ -283,6 +284,15 @@ func runServer(g *globals, cfg server.Config, memoryLimit, tokensFile string) er
 	if err != nil {
 		return err
 	}
+	// Give back what a burst grew the heap to once it is over (a child
+	// process's embedded server does the same in its process).
+	release := ops.DefaultIdleRelease
+	if cfg.NATSURL == "" && cfg.NATSProcess == natsserver.InProcess {
+		// The embedded server's duplicate window frees its entries as
+		// they expire, without allocating: release once more after it.
+		release = release.WithWindow(cfg.Topology.DedupWindow)
+	}
+	go release.Run(g.ctx, g.logger)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

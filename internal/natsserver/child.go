@@ -160,6 +160,7 @@ func runChild(stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	go ops.DefaultIdleRelease.WithWindow(cfg.DedupWindow).Run(ctx, logger.With("component", "nats-server"))
 	if err := json.NewEncoder(stdout).Encode(ready{ClientURL: ns.ClientURL()}); err != nil {
 		ns.Shutdown()
 		return fail(fmt.Errorf("embedded NATS child: tell the parent: %w", err))

@@ -111,6 +111,11 @@ type Config struct {
 	// (net/http/pprof, no authentication: loopback). In process, the
 	// program's own profiles include the server.
 	PprofAddr string
+	// DedupWindow is the longest duplicate window of the server's streams:
+	// a child process returns its free heap to the operating system once
+	// after a burst and once more when the window's entries have expired
+	// (ops.IdleRelease). In process, the program does that.
+	DedupWindow time.Duration
 	// OnError, when set, is called with every error the server logs (for
 	// example "Filestore [ORDER_EVENTS] Critical write error: ...").
 	OnError func(msg string) `json:"-"`
