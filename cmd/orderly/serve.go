@@ -280,6 +280,11 @@ func runServer(g *globals, cfg server.Config, memoryLimit, tokensFile string) er
 		attrs[len(attrs)-1] = humanize.IBytes(uint64(limit))
 	}
 	g.logger.Info("orderly starting", append(attrs, "memory_limit_from", from)...)
+	// From here on SIGHUP never stops the process; one during the start is
+	// acted on once it has started.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	s, err := server.Start(g.ctx, cfg, g.logger)
 	if err != nil {
 		return err
@@ -293,9 +298,6 @@ func runServer(g *globals, cfg server.Config, memoryLimit, tokensFile string) er
 		release = release.WithWindow(cfg.Topology.DedupWindow)
 	}
 	go release.Run(g.ctx, g.logger)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	var failure error
 wait:
 	for {
