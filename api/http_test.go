@@ -314,6 +314,9 @@ func TestGetOrder(t *testing.T) {
 	if w := do(h, http.MethodGet, "/v1/orders/ord_1?wait=soon", ""); w.Code != 400 || code(t, w) != "invalid_request" {
 		t.Fatalf("bad wait: %d", w.Code)
 	}
+	if w := do(h, http.MethodGet, "/v1/orders/ord_1?wait=10s&wait=1", ""); w.Code != 400 || code(t, w) != "invalid_request" || !strings.Contains(w.Body.String(), `"field":"wait"`) {
+		t.Fatalf("wait given twice: %d %s", w.Code, w.Body)
+	}
 	svc.err = app.ErrNotFound
 	if w := do(h, http.MethodGet, "/v1/orders/ord_1", ""); w.Code != 404 || code(t, w) != "not_found" {
 		t.Fatalf("not found: %d", w.Code)

@@ -259,6 +259,13 @@ func putBody(b []byte) {
 
 // getOrder is GET /v1/orders/{id}, with ?wait= for long polling.
 func (h *handlers) getOrder(c *gin.Context) {
+	waits := c.QueryArray("wait")
+	if len(waits) > 1 { // which one would the client mean?
+		p := problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request", "wait is given more than once")
+		p.Errors = []problem.FieldError{{Field: "wait", Reason: fmt.Sprintf("is given %d times; give it once", len(waits))}}
+		writeProblem(c, p)
+		return
+	}
 	wait, p := h.waitParam(c.Query("wait"))
 	if p != nil {
 		writeProblem(c, p)
