@@ -330,6 +330,11 @@ func TestOperatorTools(t *testing.T) {
 	if out, err := tool("keys", "get", "never-used"); err != nil || !strings.Contains(out, "none") {
 		t.Errorf("keys get of an unused key: %v\n%s", err, out)
 	}
+	for seq, want := range map[string]string{"0": "sequences start at 1", "7": "no dead letter at 7"} {
+		if out, err := tool("dlq", "replay", seq); err == nil || !strings.Contains(out, want) {
+			t.Errorf("dlq replay %s: %v, want %q:\n%s", seq, err, want, out)
+		}
+	}
 	// A backup goes into a new or empty directory, or one of a backup that
 	// did not finish; never into a directory with other files, such as the
 	// data directory of the running serve.

@@ -94,6 +94,9 @@ func DeadLetterAt(ctx context.Context, js jetstream.JetStream, seq uint64) (Dead
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("stream %s: %w", events.DeadLetterStream, err)
 	}
+	if seq == 0 { // sequences start at 1; the server's answer to 0 says nothing useful
+		return DeadLetter{}, errors.New("no dead letter at 0: sequences start at 1 (orderly dlq list shows them)")
+	}
 	m, err := s.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return DeadLetter{}, fmt.Errorf("no dead letter at %d", seq)
