@@ -189,7 +189,7 @@ func (t Topology) EventStreamConfig() jetstream.StreamConfig {
 		// One event per order is enforced by the expected last subject sequence,
 		// for ever; the msg-ID window only has to cover a publish retried at
 		// once, and each remembered ID costs memory.
-		Duplicates:         eventDedupWindow,
+		Duplicates:         within(eventDedupWindow, t.EventRetention),
 		Storage:            jetstream.FileStorage,
 		Replicas:           t.replicas(),
 		Discard:            jetstream.DiscardOld,
@@ -219,6 +219,16 @@ func (t Topology) DeadLetterStreamConfig() jetstream.StreamConfig {
 
 // eventDedupWindow is the duplicate window of ORDER_EVENTS.
 const eventDedupWindow = 10 * time.Second
+
+// within is the duplicate window d of a stream whose messages are kept for
+// maxAge (0: for ever): no longer than they are kept, which the server
+// requires.
+func within(d, maxAge time.Duration) time.Duration {
+	if maxAge > 0 && maxAge < d {
+		return maxAge
+	}
+	return d
+}
 
 // ResultsStreamConfig is the configuration of the stream behind the
 // ORDER_RESULTS bucket: what nats.go's CreateKeyValue makes for a bucket with

@@ -287,3 +287,25 @@ func TestStoredOrderIDs(t *testing.T) {
 		t.Fatal("a form that is neither was accepted")
 	}
 }
+
+// TestShortRetentionsAreCreated: every topology Validate accepts can be
+// created: a retention shorter than a stream's duplicate window shortens
+// the window (the server refuses a window longer than the retention).
+func TestShortRetentionsAreCreated(t *testing.T) {
+	t.Parallel()
+	js := bare(t)
+	topo := jsstore.DefaultTopology()
+	topo.DedupWindow, topo.CommandRetention, topo.ResultTTL, topo.EventRetention = time.Second, 2*time.Second, 2*time.Second, 3*time.Second
+	if err := topo.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Ensure(context.Background(), js, nil); err != nil {
+		t.Fatalf("a valid topology with short retentions: %v", err)
+	}
+	if got := streamConfig(t, js, events.EventStream); got.Duplicates != 3*time.Second || got.MaxAge != 3*time.Second {
+		t.Errorf("ORDER_EVENTS: window %s, retention %s; want both 3s", got.Duplicates, got.MaxAge)
+	}
+	if got := jsstore.DefaultTopology().EventStreamConfig().Duplicates; got != 10*time.Second {
+		t.Errorf("ORDER_EVENTS' window with the default retention: %s, want 10s", got)
+	}
+}

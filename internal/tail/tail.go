@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
@@ -98,14 +99,32 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	n := 0
-	for read := uint64(1); ; read++ {
-		m, err := it.Next()
+	var next []jetstream.NextOpt
+	if !opts.Follow {
+		next = append(next, jetstream.NextMaxWait(time.Second))
+	}
+	var read uint64 // messages received
+	for {
+		m, err := it.Next(next...)
+		if errors.Is(err, nats.ErrTimeout) {
+			// Counted events that expired before they were delivered never
+			// come: stop once the server has nothing left to deliver.
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return n, fmt.Errorf("events: %w", err)
+			}
+			if info.NumPending == 0 {
+				return n, nil
+			}
+			continue
+		}
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			return n, ctx.Err()
 		}
 		if err != nil {
 			return n, err
 		}
+		read++
 		if read > skip {
 			if err := print(w, m.Data(), opts.JSON); err != nil {
 				return n, err

@@ -215,6 +215,31 @@ func TestTailStopsAtTheEventsStoredWhenItStarted(t *testing.T) {
 	}
 }
 
+// TestTailEndsWhenTheCountedEventsAreGone: events counted at the start that
+// expire before they are delivered are not waited for: without --follow
+// the tail returns once nothing it may print is left.
+func TestTailEndsWhenTheCountedEventsAreGone(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Topology.DedupWindow, cfg.Topology.ResultTTL, cfg.Topology.EventRetention = 200*time.Millisecond, time.Second, time.Second
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	publishEvents(t, js, 0, 3000, events.KindCreated)
+	// At the first line, wait until every stored event has expired; what
+	// the client holds already is still printed.
+	w := &writeHook{hook: func() {
+		orderlytest.Eventually(t, 10*time.Second, "the events to expire", func() bool {
+			return len(orderlytest.Events(t, js)) == 0
+		})
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := tail.Tail(ctx, js, tail.Options{}, w)
+	if err != nil || n == 0 || n >= 3000 {
+		t.Fatalf("printed %d of the 3,000 counted events, %v; want those delivered before they expired, then the end", n, err)
+	}
+}
+
 // TestTailLast: --last N prints the last N matching events, of a kind too,
 // where they are scattered over a larger stream, as the read-only events
 // user; with --follow the new events after them.
