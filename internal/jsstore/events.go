@@ -298,12 +298,15 @@ func (e *Events) Each(ctx context.Context, f func(data []byte, total uint64) err
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	for {
-		m, err := it.Next()
+		m, ok, err := NextPending(ctx, cons, it)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
+		}
+		if !ok {
+			return nil
 		}
 		if err := f(m.Data(), total); err != nil {
 			return err

@@ -260,9 +260,12 @@ func readAll(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 	}
 	defer it.Stop()
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		m, ok, err := NextPending(ctx, cons, it)
 		if err != nil {
 			return storeErr(err)
+		}
+		if !ok {
+			return nil
 		}
 		md, err := m.Metadata()
 		if err != nil {
@@ -271,6 +274,31 @@ func readAll(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 		f(m, md)
 		if md.NumPending == 0 {
 			return nil
+		}
+	}
+}
+
+// NextPending is the next message of it, an iterator over cons that reads
+// what cons had pending when it was made; ok is false once the server has
+// nothing left to deliver. Messages that expire (or are removed) before
+// they are delivered never come, so a reader that waited for a message
+// whose metadata says nothing more is pending would wait for ever when the
+// last ones go: this looks at cons every second it waits.
+func NextPending(ctx context.Context, cons jetstream.Consumer, it jetstream.MessagesContext) (m jetstream.Msg, ok bool, err error) {
+	for {
+		m, err := it.Next(jetstream.NextMaxWait(time.Second))
+		if !errors.Is(err, nats.ErrTimeout) {
+			return m, err == nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		if info.NumPending == 0 {
+			return nil, false, nil
 		}
 	}
 }

@@ -3,6 +3,7 @@ package jsstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -307,5 +308,53 @@ func TestShortRetentionsAreCreated(t *testing.T) {
 	}
 	if got := jsstore.DefaultTopology().EventStreamConfig().Duplicates; got != 10*time.Second {
 		t.Errorf("ORDER_EVENTS' window with the default retention: %s, want 10s", got)
+	}
+}
+
+// TestNextPendingEndsWhenTheRestExpired: a reader of what was pending ends
+// when the messages it has not received yet expire, instead of waiting for
+// them for ever (the start-up load of the key views and projections
+// rebuild read this way).
+func TestNextPendingEndsWhenTheRestExpired(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := bare(t)
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EXPIRING", Subjects: []string{"expiring.>"}, MaxAge: time.Second, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := js.Publish(ctx, fmt.Sprintf("expiring.%d", i), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := js.OrderedConsumer(ctx, "EXPIRING", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	got := 0
+	for {
+		_, ok, err := jsstore.NextPending(ctx, cons, it)
+		if err != nil {
+			t.Fatalf("after %d messages: %v", got, err)
+		}
+		if !ok {
+			break
+		}
+		if got++; got == 1 { // the rest expire before they are delivered
+			orderlytest.Eventually(t, 10*time.Second, "the messages to expire", func() bool {
+				info, err := s.Info(ctx)
+				return err == nil && info.State.Msgs == 0
+			})
+		}
+	}
+	if got == 0 || got >= 100 {
+		t.Fatalf("received %d of 100, want those delivered before the rest expired", got)
 	}
 }

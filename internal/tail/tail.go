@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/termsafe"
 )
 
@@ -99,24 +99,18 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	n := 0
-	var next []jetstream.NextOpt
-	if !opts.Follow {
-		next = append(next, jetstream.NextMaxWait(time.Second))
-	}
 	var read uint64 // messages received
 	for {
-		m, err := it.Next(next...)
-		if errors.Is(err, nats.ErrTimeout) {
-			// Counted events that expired before they were delivered never
+		var m jetstream.Msg
+		if opts.Follow {
+			m, err = it.Next()
+		} else {
+			// Counted events that expire before they are delivered never
 			// come: stop once the server has nothing left to deliver.
-			info, err := cons.Info(ctx)
-			if err != nil {
-				return n, fmt.Errorf("events: %w", err)
-			}
-			if info.NumPending == 0 {
+			var ok bool
+			if m, ok, err = jsstore.NextPending(ctx, cons, it); err == nil && !ok {
 				return n, nil
 			}
-			continue
 		}
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			return n, ctx.Err()
