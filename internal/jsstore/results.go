@@ -298,7 +298,13 @@ func NextPending(ctx context.Context, cons jetstream.Consumer, it jetstream.Mess
 			return nil, false, err
 		}
 		if info.NumPending == 0 {
-			return nil, false, nil
+			// A message delivered just before the look came before its
+			// answer on the connection: take it, if one did.
+			m, err := it.Next(jetstream.NextMaxWait(50 * time.Millisecond))
+			if errors.Is(err, nats.ErrTimeout) {
+				return nil, false, nil
+			}
+			return m, err == nil, err
 		}
 	}
 }
