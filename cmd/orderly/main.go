@@ -73,7 +73,7 @@ func main() {
 	kctx := kong.Parse(&cli,
 		kong.Name("orderly"),
 		kong.Description(description),
-		kong.UsageOnError(),
+		kong.ShortUsageOnError(), // the usage line and where the help is, not all of it
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -499,3 +499,22 @@ func TestTokensReloadOnSIGHUP(t *testing.T) {
 		t.Errorf("a token was logged:\n%s", out.String())
 	}
 }
+
+// TestParseErrorsAreShort: a mistyped command line gets its error, the
+// command's usage line and where its help is, not the whole help above the
+// error.
+func TestParseErrorsAreShort(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	for _, args := range [][]string{{"dlq", "replay", "--", "-1"}, {"bench", "--connections", "x"}, {"bogus"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+			t.Fatalf("%q: %v, want a failure", args, err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) > 5 || !strings.Contains(string(out), "orderly: error: ") || !strings.Contains(string(out), "--help\" for more information") {
+			t.Errorf("%q: %d lines, want the error, the usage line and the help hint:\n%s", args, len(lines), out)
+		}
+	}
+}
