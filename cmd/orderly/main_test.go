@@ -498,6 +498,12 @@ func TestTokensReloadOnSIGHUP(t *testing.T) {
 	if strings.Contains(out.String(), second) || strings.Contains(out.String(), "first-token-of-tenant-a") {
 		t.Errorf("a token was logged:\n%s", out.String())
 	}
+	m := orderlytest.Do(t, http.MethodGet, url+"/metrics", nil)
+	for _, want := range []string{`orderly_tokens_reloads_total{result="reloaded"} 2`, `orderly_tokens_reloads_total{result="refused"} 2`} {
+		if !strings.Contains(string(m.Body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // TestParseErrorsAreShort: a mistyped command line gets its error, the

@@ -17,7 +17,6 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/dustin/go-humanize"
 
-	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/ops"
@@ -328,11 +327,7 @@ func reloadTokens(logger *slog.Logger, s *server.Server, path string) {
 		logger.Info("SIGHUP: nothing to reload (no --tokens-file)")
 		return
 	}
-	tokens, err := readTokens(path)
-	var c api.TokenChange
-	if err == nil {
-		c, err = s.ReplaceTokens(tokens)
-	}
+	c, err := s.ReloadTokens(func() (map[string]string, error) { return readTokens(path) })
 	if err != nil {
 		logger.Error("SIGHUP: tokens file not reloaded; the API keeps the tokens it had", "file", path, "err", err)
 		return

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -217,6 +218,14 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 		return err
 	}
 	s.tokens = handler.Tokens
+	s.tokenReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orderly_tokens_reloads_total",
+		Help: "Reloads of the API's tokens (SIGHUP re-reads --tokens-file), by result: reloaded, or refused (the file unreadable or without a valid set; the API kept its tokens).",
+	}, []string{"result"})
+	for _, r := range []string{"reloaded", "refused"} {
+		s.tokenReloads.WithLabelValues(r)
+	}
+	s.registry.MustRegister(s.tokenReloads)
 	return s.serveHTTP(handler)
 }
 

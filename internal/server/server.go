@@ -53,27 +53,29 @@ type intake struct {
 
 // Server is a running orderly process.
 type Server struct {
-	cfg       Config
-	logger    *slog.Logger
-	ns        natsserver.Instance
-	nc        *nats.Conn
-	hub       *hub.Hub
-	intake    atomic.Pointer[intake] // the API, for the processor's yield (set after the processor starts)
-	yield     *pipeline.Yield        // the processor's, with --decision-lag: the API's Retry-After reads it
-	durable   *durable.Syncer        // with --fsync group: the answers' group commit
-	svc       *app.Service
-	tokens    *api.Tokens // the API's, when it has the API role
-	http      *http.Server
-	httpLn    net.Listener
-	pprof     *http.Server
-	pipelines []*pipeline.Pipeline
-	batchers  []*jsstore.Batcher
-	registry  *prometheus.Registry
-	guard     *jsstore.DiskGuard
-	writes    jsstore.WriteHealth
-	fault     storeFault
-	creds     natsauth.Credentials
-	stopping  atomic.Bool
+	cfg     Config
+	logger  *slog.Logger
+	ns      natsserver.Instance
+	nc      *nats.Conn
+	hub     *hub.Hub
+	intake  atomic.Pointer[intake] // the API, for the processor's yield (set after the processor starts)
+	yield   *pipeline.Yield        // the processor's, with --decision-lag: the API's Retry-After reads it
+	durable *durable.Syncer        // with --fsync group: the answers' group commit
+	svc     *app.Service
+	tokens  *api.Tokens // the API's, when it has the API role
+	// tokenReloads counts ReloadTokens' outcomes.
+	tokenReloads *prometheus.CounterVec
+	http         *http.Server
+	httpLn       net.Listener
+	pprof        *http.Server
+	pipelines    []*pipeline.Pipeline
+	batchers     []*jsstore.Batcher
+	registry     *prometheus.Registry
+	guard        *jsstore.DiskGuard
+	writes       jsstore.WriteHealth
+	fault        storeFault
+	creds        natsauth.Credentials
+	stopping     atomic.Bool
 
 	wg       sync.WaitGroup
 	failed   chan error
@@ -393,14 +395,26 @@ func (s *Server) NATSPID() int {
 // an embedded server.
 func (s *Server) CredentialsDir() string { return s.creds.Dir }
 
-// ReplaceTokens replaces the API's bearer tokens while it serves (see
-// api.Tokens.Replace): orderly calls it on SIGHUP with --tokens-file read
-// again. It fails for a process without the API role.
-func (s *Server) ReplaceTokens(tokens map[string]string) (api.TokenChange, error) {
+// ReloadTokens replaces the API's bearer tokens with what read returns,
+// while the API serves (see api.Tokens.Replace): orderly calls it on SIGHUP
+// to read --tokens-file again. A read that fails, or a set Replace
+// refuses, changes nothing; orderly_tokens_reloads_total counts both
+// outcomes. It fails for a process without the API role.
+func (s *Server) ReloadTokens(read func() (map[string]string, error)) (api.TokenChange, error) {
 	if s.tokens == nil {
 		return api.TokenChange{}, errors.New("this process does not serve the API")
 	}
-	return s.tokens.Replace(tokens)
+	tokens, err := read()
+	var c api.TokenChange
+	if err == nil {
+		c, err = s.tokens.Replace(tokens)
+	}
+	if err != nil {
+		s.tokenReloads.WithLabelValues("refused").Inc()
+		return c, err
+	}
+	s.tokenReloads.WithLabelValues("reloaded").Inc()
+	return c, nil
 }
 
 // Failed delivers an error when a component stopped on its own.
