@@ -142,8 +142,8 @@ func (k KeyArgs) hash() (string, error) {
 	if k.Hash {
 		return k.Key, nil
 	}
-	if !tenantName.MatchString(k.Tenant) {
-		return "", fmt.Errorf("tenant %q: a tenant is 1 to 64 letters, digits, '.', '_' or '-'", k.Tenant)
+	if !tenantOfTokensFile(k.Tenant) {
+		return "", fmt.Errorf("tenant %q: a tenant is one word, as in a tokens file's 'tenant token' lines", k.Tenant)
 	}
 	key, kerr := api.ParseIdempotencyKey([]string{k.Key})
 	if kerr != nil {

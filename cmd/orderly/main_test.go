@@ -358,6 +358,11 @@ func TestOperatorTools(t *testing.T) {
 	if out, err := tool("keys", "get", `"tool-1";p=1`); err != nil || !strings.Contains(out, "completed") {
 		t.Errorf("keys get of the quoted key: %v\n%s", err, out)
 	}
+	// Any tenant a tokens file may name is looked up, not only the names
+	// tokens add makes.
+	if out, err := tool("keys", "get", "tool-1", "--tenant", "acme:eu"); err != nil || !strings.Contains(out, "none") {
+		t.Errorf("keys get for a tenant a tokens file may hold: %v\n%s", err, out)
+	}
 	for _, bad := range [][]string{{strings.Repeat("k", 256)}, {""}, {"a b"}, {"tool-1", "--tenant", "a b"}} {
 		if out, err := tool(append([]string{"keys", "get"}, bad...)...); err == nil || strings.Contains(out, "none") || !strings.Contains(out, "orderly: ") {
 			t.Errorf("keys get %q: %v, want a refusal:\n%s", bad, err, out)

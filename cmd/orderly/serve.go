@@ -342,6 +342,13 @@ var errNoTokens = errors.New("holds no tokens")
 // MinTokenLength is the fewest characters a token of --tokens-file may have.
 const MinTokenLength = 16
 
+// tenantOfTokensFile reports whether a tokens file can name tenant (see
+// readTokens): one word, not a comment.
+func tenantOfTokensFile(tenant string) bool {
+	f := strings.Fields(tenant)
+	return len(f) == 1 && f[0] == tenant && !strings.HasPrefix(tenant, "#")
+}
+
 // readTokens reads 'tenant token' lines; blank lines and # comments are skipped.
 func readTokens(path string) (map[string]string, error) {
 	f, err := os.Open(path)
