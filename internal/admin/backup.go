@@ -126,6 +126,20 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, progress Progress) 
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("%s: %w", ManifestFile, err)
 	}
+	if err := m.check(); err != nil {
+		return m, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	// Every snapshot must be there before the first empty stream is deleted,
+	// so that a backup missing one leaves the fresh setup as it was.
+	for _, sm := range m.Streams {
+		sdir := filepath.Join(dir, sm.Name)
+		if _, err := jsm.SnapshotDataPath(sdir); err != nil {
+			return m, fmt.Errorf("not a complete backup: stream %s: %w", sm.Name, err)
+		}
+		if _, err := os.Stat(filepath.Join(sdir, jsm.SnapshotMetaFile)); err != nil {
+			return m, fmt.Errorf("not a complete backup: stream %s: %w", sm.Name, err)
+		}
+	}
 	mgr, err := jsm.New(nc, jsm.WithTimeout(30*time.Second))
 	if err != nil {
 		return m, err
@@ -163,6 +177,28 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, progress Progress) 
 		}
 	}
 	return m, nil
+}
+
+// check refuses a manifest that names anything but orderly's streams, or one
+// of them twice: a restore deletes each stream it names that exists empty,
+// and reads its snapshot from the directory of that name, so a manifest
+// edited by hand or by an attacker must not reach another application's
+// streams or a path outside the backup.
+func (m Manifest) check() error {
+	if len(m.Streams) == 0 {
+		return errors.New("names no stream")
+	}
+	seen := map[string]bool{}
+	for _, sm := range m.Streams {
+		switch {
+		case !slices.Contains(Streams, sm.Name):
+			return fmt.Errorf("names stream %q, which is not orderly's (%s)", sm.Name, strings.Join(Streams, ", "))
+		case seen[sm.Name]:
+			return fmt.Errorf("names stream %s twice", sm.Name)
+		}
+		seen[sm.Name] = true
+	}
+	return nil
 }
 
 // clearEmpty deletes name if it exists without messages, and refuses if it

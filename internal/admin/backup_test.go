@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/natsauth"
@@ -106,5 +109,55 @@ func TestBackupRestoreDrill(t *testing.T) {
 		if before.Header.Get("Location") == fresh.Header.Get("Location") {
 			t.Fatalf("the new order reuses the ID %s", fresh.Header.Get("Location"))
 		}
+	}
+}
+
+// TestRestoreTakesOnlyOrderlysStreams: a restore deletes each stream its
+// manifest names that exists empty, and reads the snapshot from the directory
+// of that name. A manifest edited to name another application's stream, a
+// path, or a stream twice is refused before anything is touched.
+func TestRestoreTakesOnlyOrderlysStreams(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	creds := orderlytest.NewCredentials(t)
+	url, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+	nc := operatorConn(t, url, creds)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BILLING", Subjects: []string{"billing.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for name, manifest := range map[string]string{
+		"another application's stream": `{"streams":[{"name":"BILLING"}]}`,
+		"a path":                       `{"streams":[{"name":"../../etc"}]}`,
+		"a stream twice":               `{"streams":[{"name":"ORDER_EVENTS"},{"name":"ORDER_EVENTS"}]}`,
+		"no stream":                    `{"streams":[]}`,
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, admin.ManifestFile), []byte(manifest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Restore(ctx, nc, dir, nil); err == nil || !strings.Contains(err.Error(), admin.ManifestFile) {
+			t.Errorf("%s: restore answered %v, want the manifest refused", name, err)
+		}
+	}
+	if _, err := js.Stream(ctx, "BILLING"); err != nil {
+		t.Fatalf("the other application's stream after the restores: %v", err)
+	}
+
+	// A backup whose manifest names a snapshot it lacks leaves the fresh
+	// setup's empty streams in place.
+	orderlytest.Setup(t, url, creds, 0)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, admin.ManifestFile), []byte(`{"streams":[{"name":"ORDER_COMMANDS"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Restore(ctx, nc, dir, nil); err == nil || !strings.Contains(err.Error(), "not a complete backup") {
+		t.Fatalf("a backup without its snapshot: %v", err)
+	}
+	if _, err := js.Stream(ctx, "ORDER_COMMANDS"); err != nil {
+		t.Fatalf("the setup's stream after a refused restore: %v", err)
 	}
 }
