@@ -27,7 +27,7 @@ type EventsTailCmd struct {
 	ToolNATS
 	Type   string        `name:"type" default:"all" enum:"all,created,rejected" help:"Which events: created, rejected or all."`
 	Since  time.Duration `name:"since" xor:"start" placeholder:"DURATION" help:"Only events of the last DURATION, such as 1h (default: every stored event)."`
-	Last   int           `name:"last" short:"n" xor:"start" placeholder:"N" help:"Only the last N matching events (then, with --follow, the new ones)."`
+	Last   *int          `name:"last" short:"n" xor:"start" placeholder:"N" help:"Only the last N matching events (then, with --follow, the new ones); 0 with --follow prints only new events."`
 	Follow bool          `name:"follow" short:"f" help:"Keep printing new events until interrupted."`
 	JSON   bool          `name:"json" help:"Print each event as stored (CloudEvents JSON), one per line (compacted, with characters that could control a terminal escaped)."`
 }
@@ -38,15 +38,19 @@ func (c *EventsTailCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	if c.Last < 0 {
-		return fmt.Errorf("--last %d: N must be 0 or more", c.Last)
+	opts := tail.Options{Kind: kind, Since: c.Since, Follow: c.Follow, JSON: c.JSON}
+	if c.Last != nil {
+		if *c.Last < 0 {
+			return fmt.Errorf("--last %d: N must be 0 or more", *c.Last)
+		}
+		opts.Last, opts.NewOnly = *c.Last, *c.Last == 0
 	}
 	js, closeNC, err := c.connectJS("orderly-events-tail")
 	if err != nil {
 		return err
 	}
 	defer closeNC()
-	_, err = tail.Tail(g.ctx, js, tail.Options{Kind: kind, Since: c.Since, Last: c.Last, Follow: c.Follow, JSON: c.JSON}, os.Stdout)
+	_, err = tail.Tail(g.ctx, js, opts, os.Stdout)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -392,6 +392,9 @@ func TestOperatorTools(t *testing.T) {
 		!strings.Contains(out, id2) || !strings.Contains(out, "customer=c-2") {
 		t.Errorf("events tail -n 1: %v\n%s", err, out)
 	}
+	if out, err := tool("events", "tail", "-n", "0"); err != nil || out != "" {
+		t.Errorf("events tail -n 0 printed stored events (as tail -n 0, it prints only new ones): %v\n%s", err, out)
+	}
 	if out, err := tool("events", "tail", "--last", "1", "--since", "1h"); err == nil || !strings.Contains(out, "can't be used together") {
 		t.Errorf("events tail --last with --since: %v\n%s", err, out)
 	}

@@ -29,6 +29,10 @@ type Options struct {
 	// starts (with Follow, the new ones after them); 0 prints them all. It
 	// cannot be combined with Since.
 	Last int
+	// NewOnly prints only the events stored after Tail starts, as tail -n 0
+	// does: with Follow the new ones, without it none. It cannot be combined
+	// with Since or Last.
+	NewOnly bool
 	// Follow keeps printing new events until ctx ends.
 	Follow bool
 	// JSON prints each event as stored, one per line; otherwise a summary line.
@@ -46,11 +50,20 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 	if opts.Last > 0 && opts.Since > 0 {
 		return 0, errors.New("events: the last events and the events since a time cannot be combined")
 	}
+	if opts.NewOnly && (opts.Last > 0 || opts.Since > 0) {
+		return 0, errors.New("events: only new events cannot be combined with the last events or the events since a time")
+	}
+	if opts.NewOnly && !opts.Follow {
+		return 0, nil
+	}
 	filter := events.EventSubjects
 	if opts.Kind != "" {
 		filter = events.KindSubjects(opts.Kind)
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if opts.NewOnly {
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
 	if opts.Since > 0 {
 		start := time.Now().Add(-opts.Since)
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start

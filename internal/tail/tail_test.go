@@ -83,6 +83,33 @@ func TestTail(t *testing.T) {
 	if got := strings.Count(out.String(), "\n"); got != 3 {
 		t.Fatalf("follow printed %d lines, want 3 (2 created before, 1 new):\n%s", got, out.String())
 	}
+
+	// NewOnly (tail -n 0): nothing stored; with Follow, only what comes after.
+	var none bytes.Buffer
+	if n, err := tail.Tail(ctx, js, tail.Options{NewOnly: true}, &none); err != nil || n != 0 || none.Len() != 0 {
+		t.Fatalf("new only, no follow: %d %v %q", n, err, none.String())
+	}
+	if _, err := tail.Tail(ctx, js, tail.Options{NewOnly: true, Follow: true, Since: time.Hour}, &none); err == nil {
+		t.Fatal("new only with since: no error")
+	}
+	nctx, ncancel := context.WithCancel(ctx)
+	var fresh orderlytest.Buffer
+	ndone := make(chan error, 1)
+	go func() {
+		_, err := tail.Tail(nctx, js, tail.Options{NewOnly: true, Follow: true}, &fresh)
+		ndone <- err
+	}()
+	// The consumer may start after the post: post until one shows.
+	orderlytest.Eventually(t, 10*time.Second, "a new event in the new-only output", func() bool {
+		inst.PostOrder(t, fmt.Sprintf("tail-fresh-%d", time.Now().UnixNano()), orderlytest.Order("c-fresh"))
+		time.Sleep(100 * time.Millisecond)
+		return strings.Contains(fresh.String(), "customer=c-fresh")
+	})
+	ncancel()
+	<-ndone
+	if strings.Contains(fresh.String(), "customer=c-new") || strings.Contains(fresh.String(), "customer=c-1") {
+		t.Fatalf("new only printed events stored before it started:\n%s", fresh.String())
+	}
 }
 
 // TestTailPrintsHostileEventsSafely: events are written by other processes;
