@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -75,6 +76,7 @@ func main() {
 		kong.Description(description),
 		kong.ShortUsageOnError(), // the usage line and where the help is, not all of it
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		nonNegativeDurations(),
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -83,6 +85,31 @@ func main() {
 		fmt.Fprintln(os.Stderr, "orderly:", err)
 		os.Exit(1)
 	}
+}
+
+// nonNegativeDurations refuses a negative value for every duration flag and
+// variable: none of orderly's means anything by one, and some took it
+// silently as 0 (events tail --since=-5m printed every stored event).
+func nonNegativeDurations() kong.Option {
+	return kong.TypeMapper(reflect.TypeFor[time.Duration](), kong.MapperFunc(func(ctx *kong.DecodeContext, target reflect.Value) error {
+		t, err := ctx.Scan.PopValue("duration")
+		if err != nil {
+			return err
+		}
+		v, ok := t.Value.(string)
+		if !ok {
+			return fmt.Errorf("expected a duration such as 30s but got %v", t.Value)
+		}
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			return fmt.Errorf("expected a duration such as 30s but got %q", v)
+		case d < 0:
+			return fmt.Errorf("%s is negative: give 0 or more", v)
+		}
+		target.SetInt(int64(d))
+		return nil
+	}))
 }
 
 func newLogger(level slog.Level, format string) *slog.Logger {

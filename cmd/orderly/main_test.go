@@ -532,3 +532,27 @@ func TestParseErrorsAreShort(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeDurationsAreRefused: no duration of orderly's means anything
+// negative, and events tail --since=-5m printed every stored event; each is
+// refused while the command line is parsed, from a flag or a variable.
+func TestNegativeDurationsAreRefused(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	for _, args := range [][]string{
+		{"events", "tail", "--since=-5m"},
+		{"healthcheck", "--timeout=-1s"},
+		{"dlq", "replay", "--all", "--wait=-1s"},
+		{"check", "--settle=-1s"},
+	} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "is negative: give 0 or more") {
+			t.Errorf("%q: %v\n%s", args, err, out)
+		}
+	}
+	cmd := exec.Command(bin, "setup", "--nats-url", "nats://127.0.0.1:1")
+	cmd.Env = append(os.Environ(), "ORDERLY_STARTUP_TIMEOUT=-2m")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "-2m is negative") || !strings.Contains(string(out), "ORDERLY_STARTUP_TIMEOUT") {
+		t.Errorf("ORDERLY_STARTUP_TIMEOUT=-2m: %v\n%s", err, out)
+	}
+}
