@@ -39,6 +39,9 @@ type BenchCmd struct {
 
 // Run runs the benchmark.
 func (c *BenchCmd) Run(g *globals) error {
+	if c.Waiters < 0 || c.Rounds < 1 {
+		return fmt.Errorf("--waiters must not be negative (got %d) and --rounds must be at least 1 (got %d)", c.Waiters, c.Rounds)
+	}
 	if c.Waiters > 0 {
 		return c.runWaiters(g)
 	}

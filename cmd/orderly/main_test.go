@@ -533,10 +533,11 @@ func TestParseErrorsAreShort(t *testing.T) {
 	}
 }
 
-// TestNegativeDurationsAreRefused: no duration of orderly's means anything
+// TestNegativeValuesAreRefused: no duration of orderly's means anything
 // negative, and events tail --since=-5m printed every stored event; each is
-// refused while the command line is parsed, from a flag or a variable.
-func TestNegativeDurationsAreRefused(t *testing.T) {
+// refused while the command line is parsed, from a flag or a variable. The
+// tools' counts are refused below their least too.
+func TestNegativeValuesAreRefused(t *testing.T) {
 	t.Parallel()
 	bin := orderlytest.BuildOrderly(t)
 	for _, args := range [][]string{
@@ -548,6 +549,22 @@ func TestNegativeDurationsAreRefused(t *testing.T) {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "is negative: give 0 or more") {
 			t.Errorf("%q: %v\n%s", args, err, out)
+		}
+	}
+	// Counts too: each of these ran as if it were 0 or its default.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--requests=-5"}, "must not be negative"},
+		{[]string{"bench", "--replay-keys=-1"}, "must not be negative"},
+		{[]string{"bench", "--waiters=-1"}, "--waiters must not be negative"},
+		{[]string{"bench", "--rounds=0"}, "--rounds must be at least 1"},
+		{[]string{"check", "--orders=-5"}, "must not be negative"},
+	} {
+		out, err := exec.Command(bin, append(c.args, "--url", "http://127.0.0.1:1")...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("%q: %v\n%s", c.args, err, out)
 		}
 	}
 	cmd := exec.Command(bin, "setup", "--nats-url", "nats://127.0.0.1:1")

@@ -114,6 +114,9 @@ func (c Config) Validate() error {
 	if c.Connections < 1 {
 		errs = append(errs, errors.New("connections must be at least 1"))
 	}
+	if c.Requests < 0 || c.ReplayKeys < 0 {
+		errs = append(errs, errors.New("request count and replay keys must not be negative"))
+	}
 	if c.Duration <= 0 && c.Requests <= 0 {
 		errs = append(errs, errors.New("give a duration or a request count"))
 	}

@@ -91,6 +91,9 @@ func (c Config) Validate() error {
 	if c.Clients < 1 {
 		errs = append(errs, errors.New("clients must be at least 1"))
 	}
+	if c.Orders < 0 {
+		errs = append(errs, errors.New("the number of orders must not be negative"))
+	}
 	if c.Duration <= 0 && c.Orders <= 0 {
 		errs = append(errs, errors.New("give a duration or a number of orders"))
 	}
