@@ -279,6 +279,9 @@ func runServer(g *globals, cfg server.Config, memoryLimit, tokensFile string) er
 		attrs[len(attrs)-1] = humanize.IBytes(uint64(limit))
 	}
 	g.logger.Info("orderly starting", append(attrs, "memory_limit_from", from)...)
+	if w := tokensFileWarning(tokensFile); w != "" {
+		g.logger.Warn(w, "file", tokensFile)
+	}
 	// From here on SIGHUP never stops the process; one during the start is
 	// acted on once it has started.
 	hup := make(chan os.Signal, 1)
@@ -334,6 +337,24 @@ func reloadTokens(logger *slog.Logger, s *server.Server, path string) {
 	}
 	logger.Info("SIGHUP: tokens file reloaded", "file", path, "tokens", c.Tokens, "tenants", c.Tenants,
 		"added", c.Added, "removed", c.Removed, "moved_to_another_tenant", c.Moved)
+	if w := tokensFileWarning(path); w != "" {
+		logger.Warn(w, "file", path)
+	}
+}
+
+// tokensFileWarning says what is wrong with the tokens file at path that
+// does not stop it from being used: every user of the machine can read it,
+// and so every client's token. Group read is left alone: a container's
+// process often reads its secrets through its group.
+func tokensFileWarning(path string) string {
+	if path == "" {
+		return ""
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm()&0o004 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the tokens file is readable by every user of this machine (mode %v), and with it every client's token: chmod 600 it (or 640 for a group that runs orderly)", st.Mode().Perm())
 }
 
 // errNoTokens is readTokens' error for a file without a token.

@@ -188,6 +188,18 @@ func TestTokensAdd(t *testing.T) {
 		t.Fatalf("tokens %v, want %v (first %q)", got, want, first)
 	}
 
+	// A token written where no API reads it is lost: /dev/null took it.
+	if _, err := addToken(os.DevNull, "tenant-a", rand.Reader); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("tokens add to %s: %v", os.DevNull, err)
+	}
+	for mode, warned := range map[os.FileMode]bool{0o600: false, 0o640: false, 0o644: true, 0o604: true} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		if w := tokensFileWarning(path); (w != "") != warned || warned && !strings.Contains(w, "chmod 600") {
+			t.Errorf("mode %v: warning %q", mode, w)
+		}
+	}
 	for _, tenant := range []string{"", "two words", "t\x1b", strings.Repeat("t", 65), "#comment"} {
 		if _, err := addToken(path, tenant, rand.Reader); err == nil {
 			t.Errorf("tenant %q accepted", tenant)

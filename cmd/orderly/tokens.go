@@ -30,6 +30,9 @@ func (c *TokensAddCmd) Run() error {
 	if err != nil {
 		return err
 	}
+	if w := tokensFileWarning(c.File); w != "" {
+		fmt.Fprintln(os.Stderr, "warning:", w)
+	}
 	fmt.Fprintf(os.Stderr, "added a token for tenant %s to %s; send the APIs SIGHUP (kill -HUP) to take it in. The token, for the client's Authorization: Bearer header:\n", c.Tenant, c.File)
 	fmt.Println(token)
 	return nil
@@ -42,6 +45,9 @@ func (c *TokensAddCmd) Run() error {
 func addToken(path, tenant string, random io.Reader) (string, error) {
 	if !tenantName.MatchString(tenant) {
 		return "", fmt.Errorf("tenant %q: use 1 to 64 letters, digits, '.', '_' or '-'", tenant)
+	}
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return "", fmt.Errorf("tokens file %s is not a regular file: give the file the APIs read", path)
 	}
 	old, err := os.ReadFile(path)
 	switch {
