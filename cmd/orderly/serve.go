@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -372,32 +371,32 @@ func tenantOfTokensFile(tenant string) bool {
 
 // readTokens reads 'tenant token' lines; blank lines and # comments are skipped.
 func readTokens(path string) (map[string]string, error) {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokens file: %w", err)
 	}
-	defer f.Close()
+	return parseTokens(path, b)
+}
+
+// parseTokens parses the tokens file read from path (named in errors).
+func parseTokens(path string, b []byte) (map[string]string, error) {
 	tokens := make(map[string]string)
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		fields := strings.Fields(line)
 		if len(fields) != 2 {
-			return nil, fmt.Errorf("tokens file %s line %d: want 'tenant token'", path, n)
+			return nil, fmt.Errorf("tokens file %s line %d: want 'tenant token'", path, n+1)
 		}
 		if len(fields[1]) < MinTokenLength {
-			return nil, fmt.Errorf("tokens file %s line %d: the token of tenant %s has %d characters, fewer than %d, and could be guessed: use a random one (orderly tokens add %s --tokens-file %s adds one)", path, n, fields[0], len(fields[1]), MinTokenLength, fields[0], path)
+			return nil, fmt.Errorf("tokens file %s line %d: the token of tenant %s has %d characters, fewer than %d, and could be guessed: use a random one (orderly tokens add %s --tokens-file %s adds one)", path, n+1, fields[0], len(fields[1]), MinTokenLength, fields[0], path)
 		}
 		if prev, dup := tokens[fields[1]]; dup {
-			return nil, fmt.Errorf("tokens file %s line %d: token already used by tenant %s", path, n, prev)
+			return nil, fmt.Errorf("tokens file %s line %d: token already used by tenant %s", path, n+1, prev)
 		}
 		tokens[fields[1]] = fields[0]
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("tokens file: %w", err)
 	}
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("tokens file %s %w", path, errNoTokens)

@@ -55,7 +55,7 @@ func addToken(path, tenant string, random io.Reader) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("tokens file: %w", err)
 	default:
-		if _, err := readTokens(path); err != nil && !errors.Is(err, errNoTokens) {
+		if _, err := parseTokens(path, old); err != nil && !errors.Is(err, errNoTokens) {
 			return "", err
 		}
 	}
