@@ -555,3 +555,77 @@ func TestPendingRetryAfterSaysTheDecisionDelay(t *testing.T) {
 		}
 	}
 }
+
+// panicService panics with v in every call, as a bug in the service would.
+type panicService struct{ v any }
+
+func (p panicService) Submit(context.Context, app.SubmitOrder) (app.Outcome, error) { panic(p.v) }
+func (p panicService) Order(context.Context, string, string, time.Duration) (idempotency.Order, error) {
+	panic(p.v)
+}
+func (p panicService) OrderEvents(context.Context, string, string) ([]byte, error) { panic(p.v) }
+
+// TestPanicIsAnswered500: a panic in a handler answers that request 500
+// internal_error as problem+json, counted as a 500 of its route and logged
+// with the panic, and the handler serves the next request; the panic net/http
+// uses to abort a response is passed on.
+func TestPanicIsAnswered500(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	o, err := ops.NewHandler(ops.Config{}, nil, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	h, err := api.NewHandler(api.Config{}, panicService{v: "index out of range"}, o, reg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		w := do(h, http.MethodPost, "/v1/orders", order, "Content-Type: application/json", "Idempotency-Key: k-panic")
+		if w.Code != http.StatusInternalServerError || code(t, w) != problem.CodeInternal || strings.Contains(w.Body.String(), "index out of range") {
+			t.Fatalf("POST after a panic: %d %s", w.Code, w.Body)
+		}
+	}
+	if w := do(h, http.MethodGet, "/v1/orders/ord_1", ""); w.Code != http.StatusInternalServerError {
+		t.Fatalf("GET after a panic: %d %s", w.Code, w.Body)
+	}
+	if !strings.Contains(logs.String(), "panic in handler") || !strings.Contains(logs.String(), "index out of range") {
+		t.Errorf("the log does not name the panic:\n%s", logs.String())
+	}
+	if n := counted(t, reg, "orderly_http_requests_total", map[string]string{"method": "POST", "route": "/v1/orders", "code": "500"}); n != 2 {
+		t.Errorf("%v POST 500s counted, want 2", n)
+	}
+
+	abort, _ := api.NewHandler(api.Config{}, panicService{v: http.ErrAbortHandler}, o, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	defer func() {
+		if v := recover(); v != http.ErrAbortHandler {
+			t.Fatalf("recovered %v, want http.ErrAbortHandler passed on", v)
+		}
+	}()
+	do(abort, http.MethodPost, "/v1/orders", order, "Content-Type: application/json", "Idempotency-Key: k-abort")
+}
+
+// counted is the value of the counter name with labels in reg.
+func counted(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
