@@ -123,3 +123,15 @@ func storeErr(err error) error {
 	}
 	return &StoreError{Err: err}
 }
+
+// Denied returns the permissions violation nc last received, or nil. The
+// server answers a request its user may not publish (or whose reply it may
+// not receive) with nothing but an error on the connection, so the request
+// times out as if JetStream were not up yet; a wait for JetStream asks Denied
+// after each timeout, and stops at once on a user without the rights.
+func Denied(nc *nats.Conn) error {
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+		return err
+	}
+	return nil
+}

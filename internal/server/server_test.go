@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -862,5 +863,43 @@ func TestMemoryAvailableIsExposed(t *testing.T) {
 	}
 	if rss := inst.Metric(t, "process_resident_memory_bytes"); rss <= 0 {
 		t.Fatalf("process_resident_memory_bytes %v", rss)
+	}
+}
+
+// TestWrongUserFailsAtOnce: NATS refuses a request its user may not make by
+// an error on the connection only, and the request times out. So orderly
+// setup with a role's credentials, and a role started with another role's
+// user, waited out --startup-timeout as if JetStream were not up yet, and
+// then failed with a timeout. Both now stop at the first refusal and name
+// the permissions violation.
+func TestWrongUserFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	creds := orderlytest.NewCredentials(t)
+	url, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+	ctx := context.Background()
+
+	begin := time.Now()
+	err := server.Setup(ctx, server.SetupConfig{
+		Connect: jsstore.ConnectConfig{URL: url, Credentials: jsstore.Credentials{NkeyFile: creds.SeedPath(natsauth.API)},
+			InboxPrefix: natsauth.InboxPrefix(natsauth.API)},
+		Topology: jsstore.DefaultTopology(), StartupTimeout: time.Minute,
+	}, orderlytest.Logger())
+	if took := time.Since(begin); !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "operator's credentials") || took > 20*time.Second {
+		t.Fatalf("setup as the API user: %v, after %s", err, took)
+	}
+
+	orderlytest.Setup(t, url, creds, 0)
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{Processor: true}
+	orderlytest.Attach(&cfg, url, creds, natsauth.Events) // the event consumers' user
+	cfg.StartupTimeout = time.Minute
+	begin = time.Now()
+	s, err := server.Start(ctx, cfg, orderlytest.Logger())
+	if err == nil {
+		_ = s.Shutdown(ctx)
+		t.Fatal("a processor started as the events user")
+	}
+	if took := time.Since(begin); !errors.Is(err, nats.ErrPermissionViolation) || took > 20*time.Second {
+		t.Fatalf("a processor as the events user: %v, after %s", err, took)
 	}
 }

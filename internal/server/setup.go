@@ -52,6 +52,9 @@ func Setup(ctx context.Context, cfg SetupConfig, logger *slog.Logger) error {
 		if err == nil {
 			return nil
 		}
+		if denied := jsstore.Denied(nc); denied != nil {
+			return fmt.Errorf("topology: the NATS user may not set it up (%w): orderly setup needs the operator's credentials", denied)
+		}
 		if !jsstore.IsUnavailable(err) || time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("topology: %w", err)
 		}
@@ -75,6 +78,9 @@ func waitTopology(ctx context.Context, js jetstream.JetStream, needs jsstore.Nee
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if denied := jsstore.Denied(js.Conn()); denied != nil {
+			return fmt.Errorf("topology: the NATS user may not read it (%w): give this role its own user's credentials", denied)
 		}
 		if !errors.Is(err, jsstore.ErrMissing) && !jsstore.IsUnavailable(err) || time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("topology: %w (run orderly setup with the operator's credentials)", err)
