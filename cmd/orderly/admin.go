@@ -16,7 +16,6 @@ import (
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/admin"
-	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/progress"
 	"github.com/orderly-dev/orderly/internal/termsafe"
 )
@@ -272,7 +271,7 @@ type BackupCmd struct {
 
 // Run backs up.
 func (c *BackupCmd) Run(g *globals) error {
-	nc, err := jsstore.Dial(c.NATSURL, c.creds(), "orderly-backup")
+	nc, err := c.dial("orderly-backup")
 	if err != nil {
 		return err
 	}
@@ -298,7 +297,7 @@ type RestoreCmd struct {
 
 // Run restores.
 func (c *RestoreCmd) Run(g *globals) error {
-	nc, err := jsstore.Dial(c.NATSURL, c.creds(), "orderly-restore")
+	nc, err := c.dial("orderly-restore")
 	if err != nil {
 		return err
 	}

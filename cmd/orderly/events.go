@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
@@ -85,9 +87,47 @@ func (t ToolNATS) creds() jsstore.Credentials {
 
 // connectJS connects a tool to orderly's NATS.
 func (t ToolNATS) connectJS(name string) (jetstream.JetStream, func(), error) {
-	js, err := jsstore.DialJetStream(t.NATSURL, t.creds(), name)
+	nc, err := t.dial(name)
 	if err != nil {
 		return nil, nil, err
 	}
-	return js, js.Conn().Close, nil
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
+}
+
+// dial connects a tool to orderly's NATS, and keeps the connection for
+// explainDenied.
+func (t ToolNATS) dial(name string) (*nats.Conn, error) {
+	nc, err := jsstore.Dial(t.NATSURL, t.creds(), name)
+	if err == nil {
+		toolConns.Lock()
+		toolConns.all = append(toolConns.all, nc)
+		toolConns.Unlock()
+	}
+	return nc, err
+}
+
+// toolConns are the connections the tools made in this process.
+var toolConns struct {
+	sync.Mutex
+	all []*nats.Conn
+}
+
+// explainDenied adds to a tool's error the permissions violation behind it,
+// if one of its connections met one: NATS refuses a request its user may not
+// make by an error on the connection only, so the call itself fails with a
+// timeout that says nothing of why.
+func explainDenied(err error) error {
+	toolConns.Lock()
+	defer toolConns.Unlock()
+	for _, nc := range toolConns.all {
+		if denied := jsstore.Denied(nc); denied != nil {
+			return fmt.Errorf("%w: the NATS user may not do this (%v); give one that may, such as the operator (--nats-nkey .../operator.nk)", err, denied)
+		}
+	}
+	return err
 }

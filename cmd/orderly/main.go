@@ -82,7 +82,7 @@ func main() {
 	defer stop()
 	err := kctx.Run(&globals{ctx: ctx, logger: newLogger(cli.LogLevel, cli.LogFormat)})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "orderly:", err)
+		fmt.Fprintln(os.Stderr, "orderly:", explainDenied(err))
 		os.Exit(1)
 	}
 }

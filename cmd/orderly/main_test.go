@@ -398,6 +398,12 @@ func TestOperatorTools(t *testing.T) {
 	if out, err := tool("events", "tail", "--last", "1", "--since", "1h"); err == nil || !strings.Contains(out, "can't be used together") {
 		t.Errorf("events tail --last with --since: %v\n%s", err, out)
 	}
+	// A user that may not read the streams: the server refuses by an error on
+	// the connection only, and the tool's call times out; its error says why.
+	denied := exec.Command(bin, "status", "--nats-url", "nats://"+natsListen, "--nats-nkey", filepath.Join(dir, "credentials", "events.nk"))
+	if out, err := denied.CombinedOutput(); err == nil || !strings.Contains(string(out), "the NATS user may not do this (nats: permissions violation") {
+		t.Errorf("status as the events user: %v\n%s", err, out)
+	}
 	if out, err := tool("dlq", "list"); err != nil || !strings.Contains(out, "no dead letters") {
 		t.Errorf("dlq list: %v\n%s", err, out)
 	}
