@@ -125,8 +125,8 @@ func explainDenied(err error) error {
 	toolConns.Lock()
 	defer toolConns.Unlock()
 	for _, nc := range toolConns.all {
-		if denied := jsstore.Denied(nc); denied != nil {
-			return fmt.Errorf("%w: the NATS user may not do this (%v); give one that may, such as the operator (--nats-nkey .../operator.nk)", err, denied)
+		if jsstore.Denied(nc) != nil {
+			return fmt.Errorf("%w; give a user that may, such as the operator (--nats-nkey .../operator.nk)", jsstore.WithDenied(err, nc))
 		}
 	}
 	return err

@@ -19,6 +19,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/internal/bench"
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -153,6 +154,30 @@ func TestBaselineFindsOrderlysConsumer(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), jsstore.ProcessorConsumer) {
 		t.Fatalf("want an error naming the consumer, got %v", err)
+	}
+	if n := requests.Load(); n != 0 {
+		t.Fatalf("%d requests were sent before the check failed", n)
+	}
+}
+
+// TestBaselineNamesAUserWithoutRights: a user that may not read orderly's
+// consumer is refused before the load, with the permissions violation named
+// (the server's refusal reaches the request as a timeout only).
+func TestBaselineNamesAUserWithoutRights(t *testing.T) {
+	t.Parallel()
+	creds := orderlytest.NewCredentials(t)
+	natsURL, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+	orderlytest.Setup(t, natsURL, creds, 0)
+	var requests atomic.Int64
+	srv := orderlyStandIn(&requests)
+	defer srv.Close()
+	_, err := bench.Compare(context.Background(), bench.CompareConfig{
+		Load: bench.Config{URL: srv.URL, Connections: 2, Duration: time.Second, PayloadSize: 500, Mix: bench.Mix{New: 100}},
+		Name: "t", Baseline: true, NATSURL: natsURL, Progress: io.Discard,
+		Credentials: jsstore.Credentials{NkeyFile: creds.SeedPath(natsauth.Events), InboxPrefix: natsauth.InboxPrefix(natsauth.Events)},
+	})
+	if err == nil || !strings.Contains(err.Error(), "the NATS user may not do this (nats: permissions violation") {
+		t.Fatalf("want an error naming the permissions violation, got %v", err)
 	}
 	if n := requests.Load(); n != 0 {
 		t.Fatalf("%d requests were sent before the check failed", n)

@@ -283,7 +283,7 @@ func reachNATS(ctx context.Context, url string, creds jsstore.Credentials) error
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := js.Consumer(cctx, events.CommandStream, jsstore.ProcessorConsumer); err != nil {
-		return fmt.Errorf("orderly's consumer %s on %s: %w", jsstore.ProcessorConsumer, events.CommandStream, err)
+		return fmt.Errorf("orderly's consumer %s on %s: %w", jsstore.ProcessorConsumer, events.CommandStream, jsstore.WithDenied(err, js.Conn()))
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func pingEvents(ctx context.Context, cfg Config) error {
 	}
 	defer js.Conn().Close()
 	_, err = js.Stream(ctx, events.EventStream)
-	return err
+	return jsstore.WithDenied(err, js.Conn())
 }
 
 // readEvents reads the events stored since start whose customer is this run's.

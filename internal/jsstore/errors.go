@@ -3,6 +3,7 @@ package jsstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 
 	"github.com/nats-io/nats.go"
@@ -134,4 +135,17 @@ func Denied(nc *nats.Conn) error {
 		return err
 	}
 	return nil
+}
+
+// WithDenied adds to err the permissions violation nc met, if any (see
+// Denied): the error of a request the server refused to route is only a
+// timeout, which says nothing of why.
+func WithDenied(err error, nc *nats.Conn) error {
+	if err == nil {
+		return nil
+	}
+	if denied := Denied(nc); denied != nil {
+		return fmt.Errorf("%w: the NATS user may not do this (%v)", err, denied)
+	}
+	return err
 }
