@@ -122,17 +122,9 @@ type Handler struct {
 	Tokens *Tokens
 }
 
-// NewHandler returns the HTTP handler. ops serves /healthz, /readyz and
-// /metrics (internal/ops); reg receives the HTTP metrics.
-func NewHandler(cfg Config, svc Service, ops http.Handler, reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
-	h, err := New(cfg, svc, ops, reg, logger)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
-}
-
-// New is NewHandler, with the API's tokens to replace.
+// New returns the HTTP handler, with the API's tokens to replace. ops serves
+// /healthz, /readyz and /metrics (internal/ops); reg receives the HTTP
+// metrics.
 func New(cfg Config, svc Service, ops http.Handler, reg prometheus.Registerer, logger *slog.Logger) (*Handler, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {

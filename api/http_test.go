@@ -64,7 +64,7 @@ func handler(t *testing.T, cfg api.Config, svc api.Service) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := api.NewHandler(cfg, svc, o, reg, slog.New(slog.DiscardHandler))
+	h, err := api.New(cfg, svc, o, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +486,7 @@ func BenchmarkCreateOrderReplay(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := api.NewHandler(api.DefaultConfig(), replayService{app.Outcome{Kind: app.Completed, OrderID: stored.OrderID, Record: stored, Replayed: true}}, o, reg, slog.New(slog.DiscardHandler))
+	h, err := api.New(api.DefaultConfig(), replayService{app.Outcome{Kind: app.Completed, OrderID: stored.OrderID, Record: stored, Replayed: true}}, o, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -577,7 +577,7 @@ func TestPanicIsAnswered500(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	h, err := api.NewHandler(api.Config{}, panicService{v: "index out of range"}, o, reg, slog.New(slog.NewTextHandler(&logs, nil)))
+	h, err := api.New(api.Config{}, panicService{v: "index out of range"}, o, reg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +597,7 @@ func TestPanicIsAnswered500(t *testing.T) {
 		t.Errorf("%v POST 500s counted, want 2", n)
 	}
 
-	abort, _ := api.NewHandler(api.Config{}, panicService{v: http.ErrAbortHandler}, o, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	abort, _ := api.New(api.Config{}, panicService{v: http.ErrAbortHandler}, o, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	defer func() {
 		if v := recover(); v != http.ErrAbortHandler {
 			t.Fatalf("recovered %v, want http.ErrAbortHandler passed on", v)

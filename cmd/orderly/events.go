@@ -125,8 +125,8 @@ func explainDenied(err error) error {
 	toolConns.Lock()
 	defer toolConns.Unlock()
 	for _, nc := range toolConns.all {
-		if jsstore.Denied(nc) != nil {
-			return fmt.Errorf("%w; give a user that may, such as the operator (--nats-nkey .../operator.nk)", jsstore.WithDenied(err, nc))
+		if explained := jsstore.WithDenied(err, nc); explained != err {
+			return fmt.Errorf("%w; give a user that may, such as the operator (--nats-nkey .../operator.nk)", explained)
 		}
 	}
 	return err

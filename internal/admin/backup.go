@@ -133,10 +133,11 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, progress Progress) 
 	// so that a backup missing one leaves the fresh setup as it was.
 	for _, sm := range m.Streams {
 		sdir := filepath.Join(dir, sm.Name)
-		if _, err := jsm.SnapshotDataPath(sdir); err != nil {
-			return m, fmt.Errorf("not a complete backup: stream %s: %w", sm.Name, err)
+		_, err := jsm.SnapshotDataPath(sdir)
+		if err == nil {
+			_, err = os.Stat(filepath.Join(sdir, jsm.SnapshotMetaFile))
 		}
-		if _, err := os.Stat(filepath.Join(sdir, jsm.SnapshotMetaFile)); err != nil {
+		if err != nil {
 			return m, fmt.Errorf("not a complete backup: stream %s: %w", sm.Name, err)
 		}
 	}
