@@ -9,7 +9,7 @@
 # ORDERS (300000) async orders with orderly bench -n ORDERS -d 0 --async,
 # LIMIT (600M) the cgroup's memory limit; serve flags such as
 # --memory-limit off (the behaviour before ADR 0018) or --nats-process child.
-# Prints the bench report, then orderly's RSS and the cgroup's peak usage,
+# Prints the bench report, then orderly's RSS (and its NATS server child's) and the cgroup's peak usage,
 # failure and OOM-kill counts every 15 s for a minute; exits 1 when serve
 # was killed.
 set -euo pipefail
@@ -29,6 +29,7 @@ else # v2
   peak() { echo $(( $(cat "$cg/memory.peak" 2>/dev/null || cat "$cg/memory.current") >> 20 ))MiB; }
   fails() { awk '/^max /{print $2}' "$cg/memory.events"; }
 fi
+rss() { echo "$(awk '/VmRSS/{print int($2/1024)}' "/proc/$1/status")MiB"; }
 oom() { awk '/^oom_kill /{print $2}' "$cg/memory.oom_control" 2>/dev/null || awk '/^oom_kill /{print $2}' "$cg/memory.events"; }
 pid=
 cleanup() {
@@ -50,6 +51,7 @@ for t in 0 15 30 45 60; do
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "orderly serve is gone (killed: the cgroup's OOM kills: $(oom))"; exit 1
   fi
-  echo "t=${t}s rss=$(awk '/VmRSS/{print int($2/1024)}' "/proc/$pid/status")MiB cgroup_peak=$(peak) failures=$(fails) oom_kills=$(oom)"
+  child=$(pgrep -P "$pid" | head -1 || true) # --nats-process child's server
+  echo "t=${t}s rss=$(rss "$pid")${child:+ nats_server_rss=$(rss "$child")} cgroup_peak=$(peak) failures=$(fails) oom_kills=$(oom)"
   [ "$t" = 60 ] || sleep 15
 done

@@ -39,12 +39,22 @@ const memoryLimitRefresh = time.Minute
 //   - "off": no limit, also when GOMEMLIMIT sets one.
 //   - a size such as 400MiB: that limit.
 //
-// With serve's embedded NATS server in a child process the child takes the
-// same limit (natsserver.StartChild).
-func applyMemoryLimit(flag string, cgroup memlimit.Provider, refresh context.Context, logger *slog.Logger) (int64, string, error) {
+// share is this process's part of the limit: 1, or childShare when serve's
+// embedded NATS server runs in a child process in the same container and
+// takes the rest (childMemoryLimit).
+func applyMemoryLimit(flag string, share float64, cgroup memlimit.Provider, refresh context.Context, logger *slog.Logger) (int64, string, error) {
+	part := func(n int64) int64 {
+		if n == math.MaxInt64 {
+			return n
+		}
+		return int64(float64(n) * share)
+	}
 	switch strings.ToLower(strings.TrimSpace(flag)) {
 	case "", "auto":
 		if v := os.Getenv("GOMEMLIMIT"); v != "" {
+			if share < 1 {
+				return setMemoryLimit(part(debug.SetMemoryLimit(-1))), "GOMEMLIMIT=" + v, nil
+			}
 			return debug.SetMemoryLimit(-1), "GOMEMLIMIT=" + v, nil
 		}
 		limit, err := cgroup()
@@ -57,7 +67,14 @@ func applyMemoryLimit(flag string, cgroup memlimit.Provider, refresh context.Con
 			logger.Debug("no container memory limit found", "err", err)
 			return debug.SetMemoryLimit(-1), "no container memory limit found", nil
 		}
-		opts := []memlimit.Option{memlimit.WithProvider(cgroup), memlimit.WithRatio(memoryLimitRatio),
+		provider := cgroup
+		if share < 1 {
+			provider = func() (uint64, error) {
+				n, err := cgroup()
+				return uint64(float64(n) * share), err
+			}
+		}
+		opts := []memlimit.Option{memlimit.WithProvider(provider), memlimit.WithRatio(memoryLimitRatio),
 			memlimit.WithLogger(logger.With("component", "memory-limit"))}
 		if refresh != nil {
 			opts = append(opts, memlimit.WithRefreshInterval(refresh, memoryLimitRefresh))
@@ -83,6 +100,35 @@ func applyMemoryLimit(flag string, cgroup memlimit.Provider, refresh context.Con
 	if err != nil {
 		return 0, "", fmt.Errorf("--memory-limit %q: want auto, off or a size such as 512MiB", flag)
 	}
+	return setMemoryLimit(part(n)), "--memory-limit", nil
+}
+
+func setMemoryLimit(n int64) int64 {
 	debug.SetMemoryLimit(n)
-	return n, "--memory-limit", nil
+	return n
+}
+
+// childShare is the part of serve's memory limit that orderly's own process
+// takes when its embedded NATS server runs in a child process: both live in
+// the same container, and the server holds the store's caches and index
+// (after a million orders orderly's process held 52-73 MiB of RSS, the
+// server's 300-1,015 MiB: docs/performance.md, "Memory").
+const childShare = 0.25
+
+// childMemoryLimit is the soft limit of the embedded server's child process
+// when orderly's own is parent (a quarter of the whole): the other three
+// quarters, or none when parent is none.
+func childMemoryLimit(parent int64) int64 {
+	if parent == math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(float64(parent) * (1 - childShare) / childShare)
+}
+
+// humanLimit is a memory limit for the log: a size, or none.
+func humanLimit(n int64) string {
+	if n == math.MaxInt64 {
+		return "none"
+	}
+	return humanize.IBytes(uint64(n))
 }

@@ -14,7 +14,9 @@ import (
 
 // TestMemoryLimit: --memory-limit auto (the default) gives the Go runtime
 // 90% of the container's memory limit, unless GOMEMLIMIT sets one; without
-// a container limit there is none; off and a size say it themselves.
+// a container limit there is none; off and a size say it themselves. With
+// serve's NATS server in a child process (share 1/4) orderly's process takes
+// a quarter of that and the child the rest: together they stay under it.
 func TestMemoryLimit(t *testing.T) {
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
@@ -28,28 +30,42 @@ func TestMemoryLimit(t *testing.T) {
 	}
 	cases := []struct {
 		flag     string
+		share    float64
 		limit    uint64
 		err      error
 		want     int64
 		wantFrom string
 	}{
-		{"auto", gib, nil, gib * 9 / 10, "the container's limit of 1.0 GiB"},
-		{"", 600 << 20, nil, 600 << 20 * 9 / 10, "the container's limit of 600 MiB"},
-		{"auto", 0, memlimit.ErrNoLimit, math.MaxInt64, "no container memory limit"},
-		{"auto", 0, errors.New("no cgroup file system"), math.MaxInt64, "no container memory limit found"},
-		{"off", gib, nil, math.MaxInt64, "off"},
-		{"300MiB", gib, nil, 300 << 20, "--memory-limit"},
+		{"auto", 1, gib, nil, gib * 9 / 10, "the container's limit of 1.0 GiB"},
+		{"", 1, 600 << 20, nil, 600 << 20 * 9 / 10, "the container's limit of 600 MiB"},
+		{"auto", 1, 0, memlimit.ErrNoLimit, math.MaxInt64, "no container memory limit"},
+		{"auto", 1, 0, errors.New("no cgroup file system"), math.MaxInt64, "no container memory limit found"},
+		{"off", 1, gib, nil, math.MaxInt64, "off"},
+		{"300MiB", 1, gib, nil, 300 << 20, "--memory-limit"},
+		{"auto", childShare, gib, nil, gib / 4 * 9 / 10, "the container's limit of 1.0 GiB"},
+		{"auto", childShare, 0, memlimit.ErrNoLimit, math.MaxInt64, "no container memory limit"},
+		{"off", childShare, gib, nil, math.MaxInt64, "off"},
+		{"400MiB", childShare, gib, nil, 100 << 20, "--memory-limit"},
 	}
 	for _, tc := range cases {
 		debug.SetMemoryLimit(math.MaxInt64)
 		provider, _ := container(tc.limit, tc.err)
-		got, from, err := applyMemoryLimit(tc.flag, provider, nil, logger)
+		got, from, err := applyMemoryLimit(tc.flag, tc.share, provider, nil, logger)
 		if err != nil || got != tc.want || from != tc.wantFrom || debug.SetMemoryLimit(-1) != tc.want {
-			t.Errorf("%q with a container limit of %d (%v): %d from %q, %v (runtime: %d); want %d from %q",
-				tc.flag, tc.limit, tc.err, got, from, err, debug.SetMemoryLimit(-1), tc.want, tc.wantFrom)
+			t.Errorf("%q, share %g, with a container limit of %d (%v): %d from %q, %v (runtime: %d); want %d from %q",
+				tc.flag, tc.share, tc.limit, tc.err, got, from, err, debug.SetMemoryLimit(-1), tc.want, tc.wantFrom)
+		}
+		if tc.share < 1 {
+			child := childMemoryLimit(got)
+			switch {
+			case got == math.MaxInt64 && child != math.MaxInt64:
+				t.Errorf("%q without a limit: the child's is %d, want none", tc.flag, child)
+			case got != math.MaxInt64 && child != 3*got:
+				t.Errorf("%q: orderly's process %d, the child %d; want three times as much", tc.flag, got, child)
+			}
 		}
 	}
-	if _, _, err := applyMemoryLimit("lots", nil, nil, logger); err == nil || !strings.Contains(err.Error(), "--memory-limit") {
+	if _, _, err := applyMemoryLimit("lots", 1, nil, nil, logger); err == nil || !strings.Contains(err.Error(), "--memory-limit") {
 		t.Errorf("an unreadable size: %v", err)
 	}
 
@@ -57,7 +73,11 @@ func TestMemoryLimit(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "2GiB")
 	debug.SetMemoryLimit(2 * gib)
 	provider, calls := container(gib, nil)
-	if got, from, err := applyMemoryLimit("auto", provider, nil, logger); err != nil || got != 2*gib || from != "GOMEMLIMIT=2GiB" || *calls != 0 {
+	if got, from, err := applyMemoryLimit("auto", 1, provider, nil, logger); err != nil || got != 2*gib || from != "GOMEMLIMIT=2GiB" || *calls != 0 {
 		t.Errorf("auto under GOMEMLIMIT=2GiB: %d from %q, %v, the container asked %d times", got, from, err, *calls)
+	}
+	// With the child, GOMEMLIMIT is what the two share.
+	if got, from, err := applyMemoryLimit("auto", childShare, provider, nil, logger); err != nil || got != gib/2 || from != "GOMEMLIMIT=2GiB" || childMemoryLimit(got) != 3*gib/2 {
+		t.Errorf("auto under GOMEMLIMIT=2GiB with the child: %d (the child %d) from %q, %v", got, childMemoryLimit(got), from, err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
-	"github.com/dustin/go-humanize"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsserver"
@@ -70,7 +68,7 @@ func (t TopologyFlags) topology() jsstore.Topology {
 type RunFlags struct {
 	HTTPAddr     string  `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address (the API, or a processor's or projector's /healthz, /readyz and /metrics)."`
 	BatchWrites  string  `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" enum:"auto,on,off" default:"auto" help:"Group concurrent writes to each stream into atomic batches, one commit and one disk sync per batch (group commit): on, off, or auto: on with serve --fsync always, where it raised the sync rate by 30-80% (docs/adr/0009), off otherwise (against --nats-url, set it on when the servers sync every write)."`
-	MemoryLimit  string  `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" default:"auto" help:"Soft limit of the Go runtime's memory, such as 400MiB: the garbage collector works harder to stay under it (docs/operations.md). auto: 90% of the container's (cgroup) memory limit when there is one and GOMEMLIMIT is not set, else none; off: none. With serve's embedded NATS server in its own process, the limit of each of the two."`
+	MemoryLimit  string  `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" default:"auto" help:"Soft limit of the Go runtime's memory, such as 400MiB: the garbage collector works harder to stay under it (docs/operations.md). auto: 90% of the container's (cgroup) memory limit when there is one and GOMEMLIMIT is not set, else none; off: none. With serve --nats-process child the two processes share the limit: orderly's takes a quarter, its NATS server's three quarters."`
 	PprofAddr    string  `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof, no authentication) on this loopback address, such as 127.0.0.1:6060 (others are refused); empty: off."`
 	OTLPEndpoint string  `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
 	TraceRatio   float64 `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
@@ -268,14 +266,22 @@ func (c *ProjectorFlags) apply(cfg *server.Config) { cfg.Projector.Concurrency =
 // tokensFile again and gives the API its tokens; a process without one
 // logs that it has nothing to reload, and goes on.
 func runServer(g *globals, cfg server.Config, memoryLimit, tokensFile string) error {
-	limit, from, err := applyMemoryLimit(memoryLimit, memlimit.FromCgroup, g.ctx, g.logger)
+	share := 1.0
+	child := cfg.NATSURL == "" && cfg.NATSProcess == natsserver.Child
+	if child {
+		share = childShare
+	}
+	limit, from, err := applyMemoryLimit(memoryLimit, share, memlimit.FromCgroup, g.ctx, g.logger)
 	if err != nil {
 		return err
 	}
 	cfg.Version, cfg.Commit = buildVersion()
-	attrs := []any{"version", cfg.Version, "commit", cfg.Commit, "memory_limit", "none"}
-	if limit != math.MaxInt64 {
-		attrs[len(attrs)-1] = humanize.IBytes(uint64(limit))
+	attrs := []any{"version", cfg.Version, "commit", cfg.Commit, "memory_limit", humanLimit(limit)}
+	if child {
+		// The two processes share the container: the server's child takes
+		// the rest of the limit.
+		cfg.NATSMemoryLimit = childMemoryLimit(limit)
+		attrs = append(attrs, "nats_memory_limit", humanLimit(cfg.NATSMemoryLimit))
 	}
 	g.logger.Info("orderly starting", append(attrs, "memory_limit_from", from)...)
 	if w := tokensFileWarning(tokensFile); w != "" {

@@ -60,6 +60,10 @@ type Config struct {
 	// (the default, docs/adr/0016) or natsserver.Child (a process of its
 	// own, started from this binary, docs/adr/0014).
 	NATSProcess string
+	// NATSMemoryLimit is the soft memory limit of the embedded server's
+	// child process (natsserver.Child): 0 gives it this process's limit,
+	// math.MaxInt64 none.
+	NATSMemoryLimit int64
 	// Cluster makes the embedded server a cluster node.
 	Cluster *natsserver.ClusterConfig
 	// Fsync is the embedded server's durability mode.

@@ -258,7 +258,7 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 			ServerName: s.cfg.NATSName, StoreDir: abs, Listen: s.cfg.NATSListen,
 			Fsync: s.cfg.Fsync, Cluster: s.cfg.Cluster, Logger: s.logger, OnError: s.fault.observe,
 			Accounts: s.creds.ConfigPath(), Probe: []nats.Option{operator}, PprofAddr: s.cfg.NATSPprofAddr,
-			DedupWindow: s.cfg.Topology.DedupWindow,
+			DedupWindow: s.cfg.Topology.DedupWindow, MemoryLimit: s.cfg.NATSMemoryLimit,
 		}
 		if s.cfg.MinFreeSpace > 0 {
 			// The disk guard follows the real free space; nats-server's own
