@@ -151,11 +151,12 @@ func New(cfg Config, svc Service, ops http.Handler, reg prometheus.Registerer, l
 	r.Use(h.observe, h.trace, h.recover)
 
 	v1 := r.Group("/v1", h.authenticate)
-	v1.POST("/orders", h.createOrder)
-	v1.GET("/orders/:id", h.getOrder)
-	v1.HEAD("/orders/:id", h.getOrder)
-	v1.GET("/orders/:id/events", h.getOrderEvents)
-	v1.HEAD("/orders/:id/events", h.getOrderEvents)
+	none, wait := onlyQuery(), onlyQuery("wait")
+	v1.POST("/orders", none, h.createOrder)
+	v1.GET("/orders/:id", wait, h.getOrder)
+	v1.HEAD("/orders/:id", wait, h.getOrder)
+	v1.GET("/orders/:id/events", none, h.getOrderEvents)
+	v1.HEAD("/orders/:id/events", none, h.getOrderEvents)
 
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		r.GET(path, gin.WrapH(ops))
