@@ -197,7 +197,7 @@ var (
 	fuzzTargets = []string{"/v1/orders", "/v1/orders/", "/v1/orders/ord_0000000000001TQGB1N98BMXH0", "/v1/orders/ord_0000000000001TQGB1N98BMXH0/events",
 		"/v1/orders/ord_0000000000001AYgtf0Exck_pdTHqc6a4", "/v1/orders/ord_0000000000000AYgtf0Exck_pdTHqc6a4/events",
 		"/v1/orders/%3E", "/v1/orders/*", "/v1/orders/a.b", "/v1/orders/..%2F..", "/healthz", "/readyz", "/metrics", "/openapi.json",
-		"*", "/", "//v1//orders", "/v1/orders?wait=1e309", "/v1/orders/x?wait=-5", "/v1/orders/x?wait=%00", "http://other/v1/orders"}
+		"*", "/", "//v1//orders", "/v1/orders?wait=1e309", "/v1/orders/x?wait=-5", "/v1/orders/x?wait=%00", "/v1/orders/x?wiat=1&wait=2", "/v1/orders?%zz;a=1", "/v1/orders/x/events?wait=1", "http://other/v1/orders"}
 	fuzzHeaders = []string{"Content-Type: application/json", "Content-Type: text/plain", "Content-Type: application/json; charset=latin1",
 		"Idempotency-Key: k", "Idempotency-Key: \"k\"", "Idempotency-Key: \"\"", "Idempotency-Key: " + strings.Repeat("k", 300),
 		"Prefer: respond-async", "Prefer: wait=999999999999", "Prefer: wait=-1", "Authorization: Bearer x", "Authorization: Basic eA==",
