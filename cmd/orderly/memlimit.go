@@ -44,7 +44,7 @@ const memoryLimitRefresh = time.Minute
 // takes the rest (childMemoryLimit).
 func applyMemoryLimit(flag string, share float64, cgroup memlimit.Provider, refresh context.Context, logger *slog.Logger) (int64, string, error) {
 	part := func(n int64) int64 {
-		if n == math.MaxInt64 {
+		if share >= 1 || n == math.MaxInt64 {
 			return n
 		}
 		return int64(float64(n) * share)
@@ -52,10 +52,7 @@ func applyMemoryLimit(flag string, share float64, cgroup memlimit.Provider, refr
 	switch strings.ToLower(strings.TrimSpace(flag)) {
 	case "", "auto":
 		if v := os.Getenv("GOMEMLIMIT"); v != "" {
-			if share < 1 {
-				return setMemoryLimit(part(debug.SetMemoryLimit(-1))), "GOMEMLIMIT=" + v, nil
-			}
-			return debug.SetMemoryLimit(-1), "GOMEMLIMIT=" + v, nil
+			return setMemoryLimit(part(debug.SetMemoryLimit(-1))), "GOMEMLIMIT=" + v, nil
 		}
 		limit, err := cgroup()
 		if errors.Is(err, memlimit.ErrNoLimit) {
