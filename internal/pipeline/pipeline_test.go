@@ -458,6 +458,26 @@ func runBatches(t *testing.T, js jetstream.JetStream, payloads []string, handleB
 	settled(t, js)
 }
 
+// batchRounds is how many times untilTogether tries a scenario.
+const batchRounds = 5
+
+// untilTogether runs round on a fresh server until it reports that the
+// messages it needs in one batch were handled together, at most batchRounds
+// times. A batch is what has arrived with its first message, never waiting
+// for more, so on a loaded machine a fetch's messages can come one by one
+// (CI saw it once). Each round asserts what holds however the batches
+// formed; only the batch that the test is about is left to chance.
+func untilTogether(t *testing.T, round func(js jetstream.JetStream) (together bool)) {
+	t.Helper()
+	for range batchRounds {
+		js := orderlytest.JetStreamWith(t, natsserver.Fsync{Interval: time.Second}, topology())
+		if round(js) || t.Failed() {
+			return
+		}
+	}
+	t.Fatalf("the messages were never handled together in %d rounds", batchRounds)
+}
+
 // TestBatchSettlesEachDelivery: a batch handler gets the messages that
 // arrived together, and each delivery is settled by its own outcome: acked,
 // given up at once (permanent), redelivered later (a failure), held and tried
@@ -465,7 +485,10 @@ func runBatches(t *testing.T, js jetstream.JetStream, payloads []string, handleB
 // redelivered when the handler returned no outcome for it.
 func TestBatchSettlesEachDelivery(t *testing.T) {
 	t.Parallel()
-	js := orderlytest.JetStreamWith(t, natsserver.Fsync{Interval: time.Second}, topology())
+	untilTogether(t, func(js jetstream.JetStream) bool { return batchSettlesEachDelivery(t, js) })
+}
+
+func batchSettlesEachDelivery(t *testing.T, js jetstream.JetStream) (together bool) {
 	var c calls
 	var mu sync.Mutex
 	var attempts [][]string
@@ -524,7 +547,6 @@ func TestBatchSettlesEachDelivery(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	together := false
 	seen := map[string]bool{}
 	for _, a := range attempts {
 		together = together || len(a) > 1
@@ -537,8 +559,9 @@ func TestBatchSettlesEachDelivery(t *testing.T) {
 		}
 	}
 	if !together {
-		t.Errorf("attempts %v: the messages were never handled together", attempts)
+		t.Logf("attempts %v: the messages were never handled together", attempts)
 	}
+	return together
 }
 
 // TestBatchPanicCostsTheOthersNothing: when a batch's attempt panics, none
@@ -547,7 +570,10 @@ func TestBatchSettlesEachDelivery(t *testing.T) {
 // redelivered and, in the end, dead-lettered.
 func TestBatchPanicCostsTheOthersNothing(t *testing.T) {
 	t.Parallel()
-	js := orderlytest.JetStreamWith(t, natsserver.Fsync{Interval: time.Second}, topology())
+	untilTogether(t, func(js jetstream.JetStream) bool { return batchPanicCostsTheOthersNothing(t, js) })
+}
+
+func batchPanicCostsTheOthersNothing(t *testing.T, js jetstream.JetStream) (together bool) {
 	var c calls
 	var mu sync.Mutex
 	withOthers := false
@@ -570,7 +596,7 @@ func TestBatchPanicCostsTheOthersNothing(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if !withOthers {
-		t.Fatal("the poisoned message was never in a batch with others")
+		t.Log("the poisoned message was never in a batch with others")
 	}
 	for _, p := range payloads {
 		got := c.get(p)
@@ -590,4 +616,5 @@ func TestBatchPanicCostsTheOthersNothing(t *testing.T) {
 	if dl := deadLetters(t, js); len(dl) != 1 || string(dl[0].Data) != "panic" {
 		t.Errorf("%d dead letters, want the poisoned one", len(dl))
 	}
+	return withOthers
 }
