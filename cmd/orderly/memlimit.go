@@ -64,12 +64,9 @@ func applyMemoryLimit(flag string, share float64, cgroup memlimit.Provider, refr
 			logger.Debug("no container memory limit found", "err", err)
 			return debug.SetMemoryLimit(-1), "no container memory limit found", nil
 		}
-		provider := cgroup
-		if share < 1 {
-			provider = func() (uint64, error) {
-				n, err := cgroup()
-				return uint64(float64(n) * share), err
-			}
+		provider := func() (uint64, error) {
+			n, err := cgroup()
+			return uint64(part(int64(n))), err
 		}
 		opts := []memlimit.Option{memlimit.WithProvider(provider), memlimit.WithRatio(memoryLimitRatio),
 			memlimit.WithLogger(logger.With("component", "memory-limit"))}
