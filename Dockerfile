@@ -2,7 +2,7 @@
 #   docker build --build-arg VERSION=$(git describe --tags --always) --build-arg COMMIT=$(git rev-parse HEAD) -t orderly .
 #   docker run -p 8080:8080 -v orderly-data:/data orderly     # orderly serve, embedded NATS, data in the volume
 # The base images are pinned; pin them by digest as well in your registry.
-FROM golang:1.26.8-bookworm AS build
+FROM golang:1.26.10-bookworm AS build
 ARG VERSION=dev
 ARG COMMIT=unknown
 WORKDIR /src
