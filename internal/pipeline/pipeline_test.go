@@ -286,8 +286,8 @@ type permanent struct{ error }
 
 func (permanent) Permanent() bool { return true }
 
-// unavailable is what an unavailable NATS looks like to a handler.
-var unavailable = fmt.Errorf("store event: %w", nats.ErrTimeout)
+// errUnavailable is what an unavailable NATS looks like to a handler.
+var errUnavailable = fmt.Errorf("store event: %w", nats.ErrTimeout)
 
 // TestInfrastructureFaultsDoNotUseTheBudget: while the handler's store is
 // unavailable the message is held (not redelivered, not dead-lettered, however
@@ -302,7 +302,7 @@ func TestInfrastructureFaultsDoNotUseTheBudget(t *testing.T) {
 		Handle: func(_ context.Context, d *pipeline.Delivery) error {
 			c.add(d)
 			if down.Load() {
-				return unavailable
+				return errUnavailable
 			}
 			return nil
 		},
@@ -349,7 +349,7 @@ func TestGiveUpIsRepeatedUntilStored(t *testing.T) {
 		Handle: func(context.Context, *pipeline.Delivery) error { return errors.New("poison") },
 		GiveUp: func(context.Context, *pipeline.Delivery, error) error {
 			if giveUps.Add(1) < 3 {
-				return unavailable // the 422 could not be stored
+				return errUnavailable // the 422 could not be stored
 			}
 			return nil
 		},
@@ -380,7 +380,7 @@ func TestCloseHandsHeldMessagesBack(t *testing.T) {
 	var c calls
 	p := start(t, js, config(), pipeline.Handler{Handle: func(_ context.Context, d *pipeline.Delivery) error {
 		c.add(d)
-		return unavailable
+		return errUnavailable
 	}})
 	publish(t, js, "held", "")
 	orderlytest.Eventually(t, 10*time.Second, "the message held", func() bool { return p.Held() == 1 })
@@ -512,7 +512,7 @@ func batchSettlesEachDelivery(t *testing.T, js jetstream.JetStream) (together bo
 				errs = append(errs, errors.New("a bug"))
 			case strings.HasPrefix(p, "fault") && faults[p] < 2:
 				faults[p]++
-				errs = append(errs, unavailable)
+				errs = append(errs, errUnavailable)
 			case strings.HasPrefix(p, "short") && d.Delivered == 1:
 				return errs // no outcome for it, nor for what follows it
 			default:

@@ -25,6 +25,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config configures tracing.
@@ -77,7 +78,7 @@ func Start(ctx context.Context, cfg Config) (*Provider, error) {
 // nothing and makes no IDs.
 func (p *Provider) Tracer(name string) trace.Tracer {
 	if p == nil {
-		return trace.NewNoopTracerProvider().Tracer(name)
+		return noop.NewTracerProvider().Tracer(name)
 	}
 	return p.tp.Tracer(name)
 }
