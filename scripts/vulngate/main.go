@@ -103,7 +103,7 @@ type frame struct {
 }
 
 // finding is one vulnerability the code reaches: where, and from which of
-// orderly's lines (the first trace seen).
+// orderly's lines (one of its traces).
 type finding struct {
 	id, module, version, fixed string
 	symbol, from               string
@@ -150,11 +150,14 @@ func read(r io.Reader) (*scan, error) {
 				s.notCalled[f.OSV] = true
 				continue
 			}
-			if _, seen := s.called[f.OSV]; seen {
-				continue
-			}
-			s.called[f.OSV] = &finding{id: f.OSV, module: top.Module, version: top.Version, fixed: f.FixedVersion,
+			// govulncheck reports a trace per reached symbol, in no fixed
+			// order: the report names the least of them, so that two runs
+			// of one commit print the same.
+			next := &finding{id: f.OSV, module: top.Module, version: top.Version, fixed: f.FixedVersion,
 				symbol: symbol(top), from: position(f.Trace[len(f.Trace)-1])}
+			if seen, ok := s.called[f.OSV]; !ok || next.symbol+" "+next.from < seen.symbol+" "+seen.from {
+				s.called[f.OSV] = next
+			}
 		}
 	}
 	if !configured {

@@ -54,6 +54,15 @@ func TestStandardLibraryFindingsAreJudgedByTheImagesGo(t *testing.T) {
 	}
 }
 
+func TestTheReportIsTheSameWhateverTheOrderOfTraces(t *testing.T) {
+	other := strings.NewReplacer("Verify", "VerifyHostname", "natsserver.go", "child.go").Replace(stdFound)
+	_, one := gate(t, "1.26.10", config, stdOSV, stdFound, other)
+	_, two := gate(t, "1.26.10", config, stdOSV, other, stdFound)
+	if one != two {
+		t.Errorf("the order of the traces changed the report:\n%s\n%s", one, two)
+	}
+}
+
 func TestAModuleFindingThatIsCalledFails(t *testing.T) {
 	failed, out := gate(t, "1.27.3", config, modOSV, modFound, modImported)
 	if failed != 1 || !strings.Contains(out, "github.com/quic-go/quic-go@v0.59.0 is in go.mod; fixed in v0.59.1") {
