@@ -8,19 +8,23 @@
 //   - the same body on every attempt: another body under the key is 422
 //     idempotency_key_reused;
 //   - Prefer: wait=N, so that most orders are answered with their decision;
-//   - a retry after a network error, a timeout, 408, 429, 500, 502, 503 or
-//     504, after the answer's Retry-After or a growing delay with jitter;
+//   - a retry after a network error, a timeout, 408, 429 or any 5xx, after
+//     the answer's Retry-After or a growing delay with jitter;
 //   - a retry of a 202 (stored, not decided within the wait) or a 409 (an
 //     earlier attempt of the key is still pending) too: with Prefer: wait=N
 //     the retry waits for the original's decision and replays its answer;
 //   - 201 and 422 order_rejected are the order's final answer, the same
 //     bytes for every retry; any other 4xx is final as well (the request
-//     itself is wrong, and nothing was stored).
+//     itself is wrong, and nothing was stored for it).
 //
 // Run it against orderly serve with an order on standard input:
 //
 //	echo '{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}]}' |
 //	  go run ./examples/client --url http://127.0.0.1:8080
+//
+// With --async it has the order accepted at once (Prefer: respond-async,
+// 202) and then long-polls it (GET /v1/orders/{id}?wait=), as a client that
+// submits many orders and collects their decisions later would.
 //
 // It prints the answer's status, the order's ID and the body, and exits 1 when
 // the order was refused or its outcome is unknown (run it again with the key
@@ -40,6 +44,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path"
@@ -50,9 +55,10 @@ import (
 )
 
 func main() {
-	url := flag.String("url", "http://127.0.0.1:8080", "base URL of the orderly API")
+	base := flag.String("url", "http://127.0.0.1:8080", "base URL of the orderly API")
 	key := flag.String("key", "", "idempotency key of the order (default: a new random one; give the printed one to submit the same order again)")
 	tokenFile := flag.String("token-file", "", "file holding the bearer token, when the API has tokens")
+	async := flag.Bool("async", false, "have the order accepted at once (202), then long-poll it until it is decided")
 	timeout := flag.Duration("timeout", 2*time.Minute, "how long to keep trying before the outcome is left unknown")
 	flag.Parse()
 
@@ -60,7 +66,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c := &Client{URL: *url, OnRetry: func(n int, why string, delay time.Duration) {
+	c := &Client{URL: *base, OnRetry: func(n int, why string, delay time.Duration) {
 		log.Printf("attempt %d: %s; again in %s", n, why, delay.Round(time.Millisecond))
 	}}
 	if *tokenFile != "" {
@@ -79,7 +85,16 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	a, err := c.Submit(ctx, *key, order)
+	var a Answer
+	if *async {
+		a, err = c.Accept(ctx, *key, order)
+		if err == nil && (a.Status == http.StatusAccepted || a.Status == http.StatusConflict) {
+			log.Printf("accepted: %s", a)
+			a, err = c.Await(ctx, a.OrderID)
+		}
+	} else {
+		a, err = c.Submit(ctx, *key, order)
+	}
 	if errors.Is(err, ErrOutcomeUnknown) {
 		log.Fatalf("%v\nto learn the outcome, run again with --key %s", err, *key)
 	}
@@ -116,10 +131,11 @@ type Client struct {
 	OnRetry func(attempt int, why string, delay time.Duration)
 }
 
-// Answer is an order's final answer: 201 with the order, or 422 with the
-// problem naming why it was rejected. A retry of the key gets the same.
+// Answer is the answer Submit, Accept or Await returns: for Submit the
+// order's final answer, 201 with the order or 422 with the problem naming why
+// it was rejected (a retry of the key gets the same bytes).
 type Answer struct {
-	// Status is 201 or 422.
+	// Status is 201 or 422 (Submit), 202 or 409 too (Accept), 200 (Await).
 	Status int
 	// OrderID is the order the key holds.
 	OrderID string
@@ -131,8 +147,20 @@ type Answer struct {
 	Attempts int
 }
 
-// Created reports whether the order was made.
-func (a Answer) Created() bool { return a.Status == http.StatusCreated }
+// Created reports whether the order was made: a 201, or a read (200) of a
+// created order.
+func (a Answer) Created() bool {
+	switch a.Status {
+	case http.StatusCreated:
+		return true
+	case http.StatusOK:
+		var o struct {
+			Status string `json:"status"`
+		}
+		return json.Unmarshal(a.Body, &o) == nil && o.Status == "created"
+	}
+	return false
+}
 
 func (a Answer) String() string {
 	return fmt.Sprintf("%d %s (replayed: %t, attempts: %d) %s", a.Status, a.OrderID, a.Replayed, a.Attempts, a.Body)
@@ -166,20 +194,105 @@ func (p *Problem) Error() string {
 // key to learn which (never with a new key: that could make a second order).
 var ErrOutcomeUnknown = errors.New("the order's outcome is unknown: submit it again with the same key")
 
-// Submit sends order under key until its answer is final, and returns it.
-// Errors are *Problem, or ErrOutcomeUnknown (joined with the last attempt's
-// error) when ctx ends first.
+// Submit sends order under key until its answer is final, and returns it:
+// 201 with the order, or 422 order_rejected. Each attempt asks orderly to
+// wait for the decision (Prefer: wait); a 202 or a 409 of an order not
+// decided yet is asked again. Errors are *Problem, or ErrOutcomeUnknown
+// (joined with the last attempt's error) when ctx ends first.
 func (c *Client) Submit(ctx context.Context, key string, order []byte) (Answer, error) {
-	wait := c.Wait
-	if wait <= 0 {
-		wait = 10 * time.Second
+	prefer := "wait=" + strconv.Itoa(max(1, int(c.wait()/time.Second)))
+	return c.send(ctx, key, order, prefer, func(status int, code string) bool {
+		return status == http.StatusCreated || status == http.StatusUnprocessableEntity && code == "order_rejected"
+	})
+}
+
+// Accept sends order under key until orderly has stored it, and returns at
+// once (Prefer: respond-async): 202 for an order not decided yet (or 409,
+// when an earlier attempt of the key stored it), or, when the key's order
+// is decided already, its final answer. Answer.OrderID names the order for
+// Await. Errors are those of Submit.
+func (c *Client) Accept(ctx context.Context, key string, order []byte) (Answer, error) {
+	return c.send(ctx, key, order, "respond-async", func(status int, code string) bool {
+		switch status {
+		case http.StatusCreated, http.StatusAccepted:
+			return true
+		case http.StatusConflict:
+			return code == "idempotency_key_in_use"
+		case http.StatusUnprocessableEntity:
+			return code == "order_rejected"
+		}
+		return false
+	})
+}
+
+// Await long-polls the order until it is decided (GET /v1/orders/{id}?wait=)
+// and returns it: 200 with status created or rejected. A superseded order
+// (303) is followed to the order that holds its key. Errors are *Problem
+// (404: no such order), or ErrOutcomeUnknown joined with the last attempt's
+// error and ctx's when ctx ends first.
+func (c *Client) Await(ctx context.Context, orderID string) (Answer, error) {
+	u := strings.TrimSuffix(c.URL, "/") + "/v1/orders/" + url.PathEscape(orderID) + "?wait=" + strconv.Itoa(max(1, int(c.wait()/time.Second)))
+	return c.retry(ctx, func() (*http.Request, error) {
+		return http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	}, func(status int, _ string, body []byte) (bool, error) {
+		if status != http.StatusOK {
+			return false, nil
+		}
+		var o struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(body, &o); err != nil {
+			return false, fmt.Errorf("reading the order: %w", err)
+		}
+		if o.Status == "pending" {
+			return false, errors.New("200 pending")
+		}
+		return true, nil
+	})
+}
+
+func (c *Client) wait() time.Duration {
+	if c.Wait <= 0 {
+		return 10 * time.Second
 	}
+	return c.Wait
+}
+
+// send posts order under key with the Prefer header until final says that
+// an answer is the one to return.
+func (c *Client) send(ctx context.Context, key string, order []byte, prefer string, final func(status int, code string) bool) (Answer, error) {
+	return c.retry(ctx, func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.URL, "/")+"/v1/orders", bytes.NewReader(order))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Prefer", prefer)
+		return req, nil
+	}, func(status int, code string, _ []byte) (bool, error) {
+		return final(status, code), nil
+	})
+}
+
+// retry sends the request that newReq makes until an answer is done: done
+// says so (or, with an error, why the answer is asked again). An answer that
+// is not done is asked again if it may change (no answer, 408, 429, 5xx, or
+// a 2xx or 409 that done turned down); any other is a *Problem.
+func (c *Client) retry(ctx context.Context, newReq func() (*http.Request, error), done func(status int, code string, body []byte) (bool, error)) (Answer, error) {
 	hc := c.HTTP
 	if hc == nil {
-		hc = &http.Client{Timeout: wait + 20*time.Second}
+		hc = &http.Client{Timeout: c.wait() + 20*time.Second}
 	}
 	for n := 1; ; n++ {
-		o := c.attempt(ctx, hc, key, order, wait)
+		req, err := newReq()
+		if err != nil {
+			return Answer{Attempts: n}, err // a URL that makes no request
+		}
+		if c.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.Token)
+		}
+		o := attempt(hc, req, done)
 		o.answer.Attempts = n
 		if o.final {
 			return o.answer, o.err
@@ -203,12 +316,12 @@ func (c *Client) Submit(ctx context.Context, key string, order []byte) (Answer, 
 
 // outcome is what one attempt ended with.
 type outcome struct {
-	// final says that the answer is the order's last word: answer, or err
+	// final says that the answer is the one to return: answer, or err
 	// (a *Problem). Otherwise err says why the attempt is made again.
 	final  bool
 	answer Answer
 	err    error
-	// retryAfter is the answer's Retry-After header, if any.
+	// header is the answer's Retry-After, if any.
 	header string
 }
 
@@ -227,18 +340,8 @@ func (o outcome) retryAfter() (time.Duration, bool) {
 	return 0, false
 }
 
-// attempt sends the order once.
-func (c *Client) attempt(ctx context.Context, hc *http.Client, key string, order []byte, wait time.Duration) outcome {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.URL, "/")+"/v1/orders", bytes.NewReader(order))
-	if err != nil {
-		return outcome{final: true, err: err} // a URL that makes no request
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Prefer", "wait="+strconv.Itoa(max(1, int(wait/time.Second))))
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
+// attempt sends req once.
+func attempt(hc *http.Client, req *http.Request, done func(status int, code string, body []byte) (bool, error)) outcome {
 	resp, err := hc.Do(req)
 	if err != nil {
 		// No answer: the order may have been stored or not. The same key
@@ -253,6 +356,8 @@ func (c *Client) attempt(ctx context.Context, hc *http.Client, key string, order
 	a := Answer{Status: resp.StatusCode, Body: body, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
 	if loc := resp.Header.Get("Location"); loc != "" {
 		a.OrderID = path.Base(loc)
+	} else if resp.Request != nil && resp.StatusCode == http.StatusOK {
+		a.OrderID = path.Base(resp.Request.URL.Path) // a read, after any redirect
 	}
 	var p Problem
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
@@ -260,13 +365,16 @@ func (c *Client) attempt(ctx context.Context, hc *http.Client, key string, order
 	}
 	p.Status = resp.StatusCode
 	p.Detail = cmp.Or(p.Detail, http.StatusText(resp.StatusCode))
-	switch s := resp.StatusCode; {
-	case s == http.StatusCreated, s == http.StatusUnprocessableEntity && p.Code == "order_rejected":
+	s := resp.StatusCode
+	ok, why := done(s, p.Code, body)
+	switch {
+	case ok:
 		return outcome{final: true, answer: a}
-	case s == http.StatusAccepted, s == http.StatusConflict, s == http.StatusRequestTimeout,
-		s == http.StatusTooManyRequests, s >= 500:
-		return outcome{answer: a, header: resp.Header.Get("Retry-After"),
-			err: fmt.Errorf("%d %s", s, cmp.Or(p.Code, strings.ToLower(http.StatusText(s))))}
+	case s < 300 || s == http.StatusConflict || s == http.StatusRequestTimeout || s == http.StatusTooManyRequests || s >= 500:
+		if why == nil {
+			why = fmt.Errorf("%d %s", s, cmp.Or(p.Code, strings.ToLower(http.StatusText(s))))
+		}
+		return outcome{answer: a, header: resp.Header.Get("Retry-After"), err: why}
 	default:
 		return outcome{final: true, answer: a, err: &p}
 	}

@@ -57,6 +57,14 @@ func (l *losing) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, errors.New("connection reset by peer (the answer was lost)")
 }
 
+// within is a context that ends after d, or with the test: a client that
+// would retry for ever fails the test instead of hanging it.
+func within(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func answer(status int, retryAfter, code string) *http.Response {
 	h := http.Header{"Content-Type": {"application/problem+json"}}
 	if retryAfter != "" {
@@ -71,6 +79,7 @@ func answer(status int, retryAfter, code string) *http.Response {
 // and gets the order's answer, and orderly made it once.
 func TestLostAnswersMakeOneOrder(t *testing.T) {
 	t.Parallel()
+	ctx := within(t, time.Minute)
 	inst := orderlytest.Start(t, orderlytest.Config(t))
 	tr := &losing{lose: 2}
 	var why []string
@@ -79,7 +88,7 @@ func TestLostAnswersMakeOneOrder(t *testing.T) {
 	key := NewKey()
 	order := orderlytest.Order("c-lost")
 
-	a, err := c.Submit(context.Background(), key, order)
+	a, err := c.Submit(ctx, key, order)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +98,7 @@ func TestLostAnswersMakeOneOrder(t *testing.T) {
 	if len(why) != 2 || !strings.Contains(why[0], "answer was lost") {
 		t.Errorf("retries because of %q, want the two lost answers", why)
 	}
-	again, err := c.Submit(context.Background(), key, order)
+	again, err := c.Submit(ctx, key, order)
 	if err != nil || !bytes.Equal(again.Body, a.Body) || again.OrderID != a.OrderID || !again.Replayed || again.Attempts != 1 {
 		t.Errorf("the key again: %+v, %v; want the same bytes, replayed, at once", again, err)
 	}
@@ -106,6 +115,7 @@ func TestLostAnswersMakeOneOrder(t *testing.T) {
 // one and a 504 are tried again; the order is then made.
 func TestRetriesWhatCannotBeAnsweredYet(t *testing.T) {
 	t.Parallel()
+	ctx := within(t, time.Minute)
 	inst := orderlytest.Start(t, orderlytest.Config(t))
 	tr := &losing{fakes: []*http.Response{
 		answer(http.StatusServiceUnavailable, "0", "outcome_unknown"),
@@ -116,7 +126,7 @@ func TestRetriesWhatCannotBeAnsweredYet(t *testing.T) {
 	var delays []time.Duration
 	c := &Client{URL: inst.URL, HTTP: &http.Client{Transport: tr}, MinDelay: 5 * time.Millisecond, MaxDelay: 100 * time.Millisecond,
 		OnRetry: func(_ int, w string, d time.Duration) { why, delays = append(why, w), append(delays, d) }}
-	a, err := c.Submit(context.Background(), NewKey(), orderlytest.Order("c-busy"))
+	a, err := c.Submit(ctx, NewKey(), orderlytest.Order("c-busy"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +151,7 @@ func TestRetriesWhatCannotBeAnsweredYet(t *testing.T) {
 // with the order's decision.
 func TestWaitsOutAPendingOrder(t *testing.T) {
 	t.Parallel()
+	ctx := within(t, time.Minute)
 	cfg := orderlytest.Config(t)
 	cfg.Roles = server.Roles{API: true} // no processor yet
 	inst := orderlytest.Start(t, cfg)
@@ -153,7 +164,7 @@ func TestWaitsOutAPendingOrder(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		a, err := c.Submit(context.Background(), key, orderlytest.Order("c-pending"))
+		a, err := c.Submit(ctx, key, orderlytest.Order("c-pending"))
 		done <- result{a, err}
 	}()
 	select {
@@ -193,6 +204,68 @@ func TestWaitsOutAPendingOrder(t *testing.T) {
 	}
 }
 
+// TestAcceptThenAwait: Accept returns once the order is stored (202, and
+// 409 for the key's next attempt, both naming the order); Await long-polls
+// it until a processor, started later, has decided it.
+func TestAcceptThenAwait(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true} // no processor yet
+	inst := orderlytest.Start(t, cfg)
+	c := &Client{URL: inst.URL, Wait: time.Second}
+	ctx := within(t, time.Minute)
+	key, order := NewKey(), orderlytest.Order("c-async")
+
+	a, err := c.Accept(ctx, key, order)
+	if err != nil || a.Status != http.StatusAccepted || a.Attempts != 1 || !strings.HasPrefix(a.OrderID, "ord_") {
+		t.Fatalf("Accept: %v, %v; want 202 naming the order", a, err)
+	}
+	again, err := c.Accept(ctx, key, order)
+	if err != nil || again.Status != http.StatusConflict || again.OrderID != a.OrderID || again.Attempts != 1 {
+		t.Fatalf("Accept of the key again: %v, %v; want 409 naming %s", again, err, a.OrderID)
+	}
+
+	var pending []string
+	c.OnRetry = func(_ int, w string, _ time.Duration) { pending = append(pending, w) }
+	type result struct {
+		a   Answer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := c.Await(ctx, a.OrderID)
+		done <- result{a, err}
+	}()
+	time.Sleep(1500 * time.Millisecond) // one long poll answered pending, at least
+	pcfg := orderlytest.Config(t)
+	pcfg.Roles = server.Roles{Processor: true}
+	inst.Attach(&pcfg)
+	orderlytest.Start(t, pcfg)
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Await did not return within 30 s of the processor's start")
+	}
+	if r.err != nil || r.a.Status != http.StatusOK || !r.a.Created() || r.a.OrderID != a.OrderID {
+		t.Fatalf("Await: %v, %v; want 200 with the created order %s", r.a, r.err, a.OrderID)
+	}
+	if len(pending) == 0 || pending[0] != "200 pending" {
+		t.Errorf("Await polled again because of %q, want a pending order first", pending)
+	}
+	c.OnRetry = nil
+	final, err := c.Accept(ctx, key, order)
+	if err != nil || !final.Created() || !final.Replayed || final.OrderID != a.OrderID {
+		t.Errorf("Accept once decided: %v, %v; want the order's 201, replayed", final, err)
+	}
+
+	_, err = c.Await(ctx, "ord_00000000000000000000000000")
+	var p *Problem
+	if !errors.As(err, &p) || p.Status != http.StatusNotFound {
+		t.Errorf("Await of an order that does not exist: %v, want 404", err)
+	}
+}
+
 // TestFinalAnswersAreNotRetried: a rejection is the order's answer, not an
 // error, and the same bytes again; a wrong request is a *Problem after one
 // attempt.
@@ -200,7 +273,7 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 	t.Parallel()
 	inst := orderlytest.Start(t, orderlytest.Config(t))
 	c := &Client{URL: inst.URL, OnRetry: func(n int, w string, _ time.Duration) { t.Errorf("attempt %d retried because of %q", n, w) }}
-	ctx := context.Background()
+	ctx := within(t, time.Minute)
 
 	rejected := []byte(`{"customer_id":"c-1","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price":5}],"total":6}`)
 	key := NewKey()
