@@ -167,9 +167,9 @@ func (a Answer) String() string {
 }
 
 // Problem is a refusal that no retry changes: the request is wrong
-// (invalid_request, idempotency_key_reused, unauthorized, ...). Nothing was
-// stored for it, except for idempotency_key_reused, whose OrderID names the
-// order the key holds.
+// (invalid_request, idempotency_key_reused, unauthorized, ...), and nothing
+// was stored for it. For idempotency_key_reused, OrderID names the order
+// that the key holds.
 type Problem struct {
 	Status  int    `json:"status"`
 	Code    string `json:"code"`
