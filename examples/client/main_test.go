@@ -225,8 +225,8 @@ func TestAcceptThenAwait(t *testing.T) {
 		t.Fatalf("Accept of the key again: %v, %v; want 409 naming %s", again, err, a.OrderID)
 	}
 
-	var pending []string
-	c.OnRetry = func(_ int, w string, _ time.Duration) { pending = append(pending, w) }
+	polled := make(chan string, 100)
+	c.OnRetry = func(_ int, w string, _ time.Duration) { polled <- w }
 	type result struct {
 		a   Answer
 		err error
@@ -236,7 +236,16 @@ func TestAcceptThenAwait(t *testing.T) {
 		a, err := c.Await(ctx, a.OrderID)
 		done <- result{a, err}
 	}()
-	time.Sleep(1500 * time.Millisecond) // one long poll answered pending, at least
+	select {
+	case w := <-polled:
+		if w != "200 pending" {
+			t.Fatalf("Await polled again because of %q, want a pending order", w)
+		}
+	case r := <-done:
+		t.Fatalf("Await returned %v, %v without a processor", r.a, r.err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no answer to Await's first poll within 15 s")
+	}
 	pcfg := orderlytest.Config(t)
 	pcfg.Roles = server.Roles{Processor: true}
 	inst.Attach(&pcfg)
@@ -250,8 +259,10 @@ func TestAcceptThenAwait(t *testing.T) {
 	if r.err != nil || r.a.Status != http.StatusOK || !r.a.Created() || r.a.OrderID != a.OrderID {
 		t.Fatalf("Await: %v, %v; want 200 with the created order %s", r.a, r.err, a.OrderID)
 	}
-	if len(pending) == 0 || pending[0] != "200 pending" {
-		t.Errorf("Await polled again because of %q, want a pending order first", pending)
+	for len(polled) > 0 {
+		if w := <-polled; w != "200 pending" {
+			t.Errorf("Await polled again because of %q, want only pending answers", w)
+		}
 	}
 	c.OnRetry = nil
 	final, err := c.Accept(ctx, key, order)
