@@ -200,8 +200,7 @@ var ErrOutcomeUnknown = errors.New("the order's outcome is unknown: submit it ag
 // decided yet is asked again. Errors are *Problem, or ErrOutcomeUnknown
 // (joined with the last attempt's error) when ctx ends first.
 func (c *Client) Submit(ctx context.Context, key string, order []byte) (Answer, error) {
-	prefer := "wait=" + strconv.Itoa(max(1, int(c.wait()/time.Second)))
-	return c.send(ctx, key, order, prefer, func(status int, code string) bool {
+	return c.send(ctx, key, order, "wait="+c.waitSeconds(), func(status int, code string) bool {
 		return status == http.StatusCreated || status == http.StatusUnprocessableEntity && code == "order_rejected"
 	})
 }
@@ -231,7 +230,7 @@ func (c *Client) Accept(ctx context.Context, key string, order []byte) (Answer, 
 // (404: no such order), or ErrOutcomeUnknown joined with the last attempt's
 // error and ctx's when ctx ends first.
 func (c *Client) Await(ctx context.Context, orderID string) (Answer, error) {
-	u := strings.TrimSuffix(c.URL, "/") + "/v1/orders/" + url.PathEscape(orderID) + "?wait=" + strconv.Itoa(max(1, int(c.wait()/time.Second)))
+	u := strings.TrimSuffix(c.URL, "/") + "/v1/orders/" + url.PathEscape(orderID) + "?wait=" + c.waitSeconds()
 	return c.retry(ctx, func() (*http.Request, error) {
 		return http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	}, func(status int, _ string, body []byte) (bool, error) {
@@ -257,6 +256,10 @@ func (c *Client) wait() time.Duration {
 	}
 	return c.Wait
 }
+
+// waitSeconds is wait in whole seconds, at least 1, as Prefer: wait and
+// ?wait= take it.
+func (c *Client) waitSeconds() string { return strconv.Itoa(max(1, int(c.wait()/time.Second))) }
 
 // send posts order under key with the Prefer header until final says that
 // an answer is the one to return.

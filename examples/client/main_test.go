@@ -145,6 +145,46 @@ func TestRetriesWhatCannotBeAnsweredYet(t *testing.T) {
 	}
 }
 
+// result is what a call of the client returned.
+type result struct {
+	a   Answer
+	err error
+}
+
+// decidedOnceAProcessorStarts runs call on an orderly without a processor,
+// waits until the call is about to try again for the first time (the reason
+// it heard on retried must start with first: the order is pending), then
+// starts a processor on inst and returns what call returns.
+func decidedOnceAProcessorStarts(t *testing.T, inst *orderlytest.Instance, retried <-chan string, first string, call func() (Answer, error)) result {
+	t.Helper()
+	done := make(chan result, 1)
+	go func() {
+		a, err := call()
+		done <- result{a, err}
+	}()
+	select {
+	case w := <-retried:
+		if !strings.HasPrefix(w, first) {
+			t.Fatalf("first retry because of %q, want %q: the order is pending", w, first)
+		}
+	case r := <-done:
+		t.Fatalf("answered %v, %v without a processor", r.a, r.err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no answer to the first attempt within 15 s")
+	}
+	pcfg := orderlytest.Config(t)
+	pcfg.Roles = server.Roles{Processor: true}
+	inst.Attach(&pcfg)
+	orderlytest.Start(t, pcfg)
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("no final answer within 30 s of the processor's start")
+	}
+	return result{}
+}
+
 // TestWaitsOutAPendingOrder: nothing decides the order during the first
 // attempt's wait (no processor yet), so it is answered 202; the client
 // retries with the same key, a processor starts, and the retry is answered
@@ -158,35 +198,9 @@ func TestWaitsOutAPendingOrder(t *testing.T) {
 	retried := make(chan string, 100)
 	c := &Client{URL: inst.URL, Wait: time.Second, OnRetry: func(_ int, w string, _ time.Duration) { retried <- w }}
 	key := NewKey()
-	type result struct {
-		a   Answer
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		a, err := c.Submit(ctx, key, orderlytest.Order("c-pending"))
-		done <- result{a, err}
-	}()
-	select {
-	case w := <-retried:
-		if !strings.HasPrefix(w, "202") {
-			t.Fatalf("first retry because of %q, want the 202 of a pending order", w)
-		}
-	case r := <-done:
-		t.Fatalf("answered %+v, %v without a processor", r.a, r.err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("no answer within 15 s")
-	}
-	pcfg := orderlytest.Config(t)
-	pcfg.Roles = server.Roles{Processor: true}
-	inst.Attach(&pcfg)
-	orderlytest.Start(t, pcfg)
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the order was not answered within 30 s of the processor's start")
-	}
+	r := decidedOnceAProcessorStarts(t, inst, retried, "202", func() (Answer, error) {
+		return c.Submit(ctx, key, orderlytest.Order("c-pending"))
+	})
 	if r.err != nil || !r.a.Created() || r.a.Attempts < 2 || !strings.HasPrefix(r.a.OrderID, "ord_") {
 		t.Fatalf("answer %+v, %v; want 201 after a retry", r.a, r.err)
 	}
@@ -227,35 +241,9 @@ func TestAcceptThenAwait(t *testing.T) {
 
 	polled := make(chan string, 100)
 	c.OnRetry = func(_ int, w string, _ time.Duration) { polled <- w }
-	type result struct {
-		a   Answer
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		a, err := c.Await(ctx, a.OrderID)
-		done <- result{a, err}
-	}()
-	select {
-	case w := <-polled:
-		if w != "200 pending" {
-			t.Fatalf("Await polled again because of %q, want a pending order", w)
-		}
-	case r := <-done:
-		t.Fatalf("Await returned %v, %v without a processor", r.a, r.err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("no answer to Await's first poll within 15 s")
-	}
-	pcfg := orderlytest.Config(t)
-	pcfg.Roles = server.Roles{Processor: true}
-	inst.Attach(&pcfg)
-	orderlytest.Start(t, pcfg)
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Await did not return within 30 s of the processor's start")
-	}
+	r := decidedOnceAProcessorStarts(t, inst, polled, "200 pending", func() (Answer, error) {
+		return c.Await(ctx, a.OrderID)
+	})
 	if r.err != nil || r.a.Status != http.StatusOK || !r.a.Created() || r.a.OrderID != a.OrderID {
 		t.Fatalf("Await: %v, %v; want 200 with the created order %s", r.a, r.err, a.OrderID)
 	}
