@@ -131,7 +131,7 @@ func TestDocumentedCommandsParse(t *testing.T) {
 // one: missing flags and arguments are fine there, unknown ones are not.
 func incomplete(err error) bool {
 	s := err.Error()
-	return strings.Contains(s, "missing flags") || strings.Contains(s, `expected "`) || strings.Contains(s, `got "EOL"`)
+	return strings.Contains(s, "missing flags") || strings.Contains(s, `expected "`) || strings.Contains(s, `expected one of "`) || strings.Contains(s, `got "EOL"`)
 }
 
 func isCommand(word string) bool {

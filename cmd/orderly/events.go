@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/tail"
@@ -21,7 +22,81 @@ import (
 
 // EventsCmd groups the event tools.
 type EventsCmd struct {
-	Tail EventsTailCmd `cmd:"" help:"Print order events from ORDER_EVENTS (see docs/events.md)."`
+	Tail     EventsTailCmd     `cmd:"" help:"Print order events from ORDER_EVENTS (see docs/events.md)."`
+	Consumer EventsConsumerCmd `cmd:"" help:"Make or remove the durable consumer a consumer service reads the events with (as the operator; the events user may not)."`
+}
+
+// EventsConsumerCmd groups orderly events consumer add and remove.
+type EventsConsumerCmd struct {
+	Add    EventsConsumerAddCmd    `cmd:"" help:"Create (or bring to these settings) a durable pull consumer on ORDER_EVENTS for a consumer service, which then binds to it by name with the events user's key (docs/events.md). Explicit acks, 30 s ack wait, never given up by the server, up to 1,000 events in flight."`
+	Remove EventsConsumerRemoveCmd `cmd:"" help:"Delete a consumer service's durable consumer from ORDER_EVENTS (its position is lost)."`
+}
+
+// EventsConsumerAddCmd is orderly events consumer add.
+type EventsConsumerAddCmd struct {
+	ToolNATS
+	Name string `arg:"" help:"The consumer's name, the service's (1 to 64 letters, digits, '-' or '_')."`
+	Type string `name:"type" default:"all" enum:"all,created,rejected" help:"Which events it delivers: created, rejected or all."`
+	New  bool   `name:"new" help:"Deliver only events stored after it is created (default: from the first stored event)."`
+}
+
+// Run creates or updates the consumer.
+func (c *EventsConsumerAddCmd) Run(g *globals) error {
+	kind, err := tail.ParseKind(c.Type)
+	if err != nil {
+		return err
+	}
+	cfg, err := jsstore.EventsConsumerConfig(c.Name, kind, c.New)
+	if err != nil {
+		return err
+	}
+	js, closeNC, err := c.connectJS("orderly-events-consumer")
+	if err != nil {
+		return err
+	}
+	defer closeNC()
+	what := "created"
+	if _, err := js.Consumer(g.ctx, events.EventStream, c.Name); err == nil {
+		what = "updated"
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("consumer %s: %w", c.Name, err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(g.ctx, events.EventStream, cfg); err != nil {
+		return fmt.Errorf("consumer %s: %w", c.Name, err)
+	}
+	from := "from the first stored event"
+	if c.New {
+		from = "from now on"
+	}
+	fmt.Printf("consumer %s on %s %s: %s, %s.\nThe service binds to it with the events user's key: js.Consumer(ctx, %q, %q) (docs/events.md).\n",
+		c.Name, events.EventStream, what, cfg.FilterSubject, from, events.EventStream, c.Name)
+	return nil
+}
+
+// EventsConsumerRemoveCmd is orderly events consumer remove.
+type EventsConsumerRemoveCmd struct {
+	ToolNATS
+	Name string `arg:"" help:"The consumer's name."`
+}
+
+// Run deletes the consumer.
+func (c *EventsConsumerRemoveCmd) Run(g *globals) error {
+	if _, err := jsstore.EventsConsumerConfig(c.Name, "", false); err != nil {
+		return err
+	}
+	js, closeNC, err := c.connectJS("orderly-events-consumer")
+	if err != nil {
+		return err
+	}
+	defer closeNC()
+	if err := js.DeleteConsumer(g.ctx, events.EventStream, c.Name); err != nil {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("%s has no consumer %s", events.EventStream, c.Name)
+		}
+		return fmt.Errorf("consumer %s: %w", c.Name, err)
+	}
+	fmt.Printf("consumer %s removed from %s.\n", c.Name, events.EventStream)
+	return nil
 }
 
 // EventsTailCmd is orderly events tail.

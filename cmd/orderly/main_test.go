@@ -398,6 +398,37 @@ func TestOperatorTools(t *testing.T) {
 	if out, err := tool("events", "tail", "--last", "1", "--since", "1h"); err == nil || !strings.Contains(out, "can't be used together") {
 		t.Errorf("events tail --last with --since: %v\n%s", err, out)
 	}
+	// A consumer service's durable consumer: made by the operator, read by
+	// the events user (examples/consumer runs the rest of that path).
+	if out, err := tool("events", "consumer", "add", "billing", "--type", "created"); err != nil ||
+		!strings.Contains(out, "consumer billing on ORDER_EVENTS created: orders.events.created.>, from the first stored event") {
+		t.Errorf("events consumer add: %v\n%s", err, out)
+	}
+	if out, err := tool("events", "consumer", "add", "billing", "--type", "all"); err != nil || !strings.Contains(out, "updated: orders.events.>") {
+		t.Errorf("events consumer add of an existing consumer: %v\n%s", err, out)
+	}
+	for _, bad := range []string{"projector", "processor", "a.b", "a b", strings.Repeat("n", 65)} {
+		if out, err := tool("events", "consumer", "add", bad); err == nil || !strings.Contains(out, "a consumer name is") {
+			t.Errorf("events consumer add %q: %v, want the name refused\n%s", bad, err, out)
+		}
+	}
+	eventsUser := jsstore.Credentials{NkeyFile: filepath.Join(dir, "credentials", "events.nk"), InboxPrefix: "_INBOX_events"}
+	if ejs, err := jsstore.DialJetStream("nats://"+natsListen, eventsUser, "test-events"); err != nil {
+		t.Fatal(err)
+	} else {
+		cons, err := ejs.Consumer(context.Background(), events.EventStream, "billing")
+		if err != nil || cons.CachedInfo().NumPending != 2 {
+			t.Errorf("the events user's view of billing: %v, want both events pending", err)
+		}
+		ejs.Conn().Close()
+	}
+	if out, err := tool("events", "consumer", "remove", "billing"); err != nil || !strings.Contains(out, "consumer billing removed") {
+		t.Errorf("events consumer remove: %v\n%s", err, out)
+	}
+	if out, err := tool("events", "consumer", "remove", "billing"); err == nil || !strings.Contains(out, "ORDER_EVENTS has no consumer billing") {
+		t.Errorf("events consumer remove of a missing consumer: %v\n%s", err, out)
+	}
+
 	// A user that may not read the streams: the server refuses by an error on
 	// the connection only, and the tool's call times out; its error says why.
 	denied := exec.Command(bin, "status", "--nats-url", "nats://"+natsListen, "--nats-nkey", filepath.Join(dir, "credentials", "events.nk"))

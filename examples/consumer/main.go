@@ -1,13 +1,14 @@
 // Command consumer is a downstream service that consumes orderly's OrderCreated
 // events, written the way a team that only has docs/events.md would write it:
-// its own durable pull consumer on ORDER_EVENTS, filtered to created orders,
-// explicit acks after the work is done, duplicates dropped by event ID.
+// its own durable pull consumer on ORDER_EVENTS, explicit acks after the work
+// is done, duplicates dropped by event ID.
 //
+//	go run ./cmd/orderly events consumer add example-billing --type created
 //	go run ./examples/consumer --nats-url nats://127.0.0.1:4222 --nats-nkey data/credentials/events.nk
 //
 // orderly's NATS admits no anonymous client: the events user may read the
-// events and keep its own durable consumers, and receives replies on the
-// inbox prefix _INBOX_events.
+// events and pull from and ack the durable consumers orderly's operator made
+// for it, nothing else, and receives replies on the inbox prefix _INBOX_events.
 package main
 
 import (
@@ -91,13 +92,10 @@ func (m *MemorySeen) Mark(id string) { m.mu.Lock(); defer m.mu.Unlock(); m.ids[i
 // ctx ends. handle is called once per event; when it fails the event is naked
 // and comes again. Events already seen are acked without calling handle.
 func Run(ctx context.Context, js jetstream.JetStream, durable string, seen Seen, handle func(context.Context, events.OrderCreated) error) error {
-	cons, err := js.CreateOrUpdateConsumer(ctx, events.EventStream, jetstream.ConsumerConfig{
-		Durable:       durable,
-		FilterSubject: events.KindSubjects(events.KindCreated),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       30 * time.Second,
-	})
+	cons, err := js.Consumer(ctx, events.EventStream, durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("%s has no consumer %s: orderly's operator makes it with: orderly events consumer add %s --type created", events.EventStream, durable, durable)
+	}
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", durable, err)
 	}

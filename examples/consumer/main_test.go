@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
@@ -23,20 +25,17 @@ import (
 func TestConsumerGetsEveryOrderOnce(t *testing.T) {
 	t.Parallel()
 	inst := orderlytest.Start(t, orderlytest.Config(t))
-	// The consumer connects as orderly's events user, as a downstream team would.
-	auth, err := nats.NkeyOptionFromSeed(inst.Creds.SeedPath(natsauth.Events))
+	// The operator makes the service's consumer (orderly events consumer add
+	// test-billing --type created); the service connects as orderly's events
+	// user, as a downstream team would.
+	cfg, err := jsstore.EventsConsumerConfig("test-billing", events.KindCreated, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(inst.NATSURL(), auth, nats.CustomInboxPrefix(InboxPrefix))
-	if err != nil {
+	if _, err := inst.JetStream(t).CreateConsumer(context.Background(), events.EventStream, cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := eventsUser(t, inst)
 
 	var mu sync.Mutex
 	handled := map[string]int{}
@@ -104,5 +103,38 @@ func TestConsumerGetsEveryOrderOnce(t *testing.T) {
 	}
 	if !failedOnce {
 		t.Fatal("the flaky order never failed: the retry path was not exercised")
+	}
+}
+
+// eventsUser connects to inst's NATS as orderly's events user.
+func eventsUser(t *testing.T, inst *orderlytest.Instance) jetstream.JetStream {
+	t.Helper()
+	auth, err := nats.NkeyOptionFromSeed(inst.Creds.SeedPath(natsauth.Events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(inst.NATSURL(), auth, nats.CustomInboxPrefix(InboxPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// TestRunNamesTheMissingConsumer: a service whose consumer the operator has
+// not made yet is told the command that makes it (the events user may not
+// make one itself).
+func TestRunNamesTheMissingConsumer(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := Run(ctx, eventsUser(t, inst), "shipping", NewMemorySeen(), func(context.Context, events.OrderCreated) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "orderly events consumer add shipping") {
+		t.Fatalf("Run without its consumer: %v, want an error naming orderly events consumer add shipping", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -510,4 +511,41 @@ func Check(ctx context.Context, js jetstream.JetStream, n Needs) error {
 		return fmt.Errorf("%w: missing %s", ErrMissing, strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// EventsConsumerName is the rule for the names of consumer services' durable
+// consumers on ORDER_EVENTS: letters, digits, '-' and '_', at most 64.
+var EventsConsumerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ErrEventsConsumerName is returned for a name EventsConsumerConfig refuses.
+var ErrEventsConsumerName = errors.New("a consumer name is 1 to 64 letters, digits, '-' or '_', and not one of orderly's own (processor, projector)")
+
+// EventsConsumerConfig is the durable pull consumer the operator makes on
+// ORDER_EVENTS for a consumer service (orderly events consumer add): the
+// events of kind (every kind when empty), from the first stored one or,
+// with onlyNew, from its creation; explicit acks, never given up by the
+// server (the service decides what a failure means), up to 1,000 in flight.
+// Its replicas are the stream's.
+func EventsConsumerConfig(name string, kind events.Kind, onlyNew bool) (jetstream.ConsumerConfig, error) {
+	if !EventsConsumerName.MatchString(name) || name == ProcessorConsumer || name == ProjectorConsumer {
+		return jetstream.ConsumerConfig{}, fmt.Errorf("%q: %w", name, ErrEventsConsumerName)
+	}
+	filter := events.EventSubjects
+	if kind != "" {
+		filter = events.KindSubjects(kind)
+	}
+	deliver := jetstream.DeliverAllPolicy
+	if onlyNew {
+		deliver = jetstream.DeliverNewPolicy
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "a consumer service's events (orderly events consumer add)",
+		FilterSubject: filter,
+		DeliverPolicy: deliver,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 1000,
+	}, nil
 }

@@ -4,8 +4,10 @@
 // compose cluster and scripts/cluster.sh all load the configuration this
 // package writes, so they cannot drift apart (ADR 0006).
 //
-// Everything lives in one account, ORDERLY, with JetStream; a system account,
-// SYS, serves `nats server` commands. There is no anonymous user. The users:
+// Everything lives in one account, ORDERLY, with JetStream, but the events
+// user, which has an account of its own that imports only what it needs; a
+// system account, SYS, serves `nats server` commands. There is no anonymous
+// user. The users:
 //
 //   - operator: everything (setup, the tools, the nats CLI);
 //   - api: publish commands, read the streams and the bucket, follow the
@@ -17,9 +19,10 @@
 //     commands or events;
 //   - serve: api, processor and projector together, for the one connection of
 //     `orderly serve`;
-//   - events: for services that consume the events (docs/events.md): read
-//     ORDER_EVENTS and create, consume and delete durable consumers on it,
-//     but not orderly's own projector;
+//   - events: for services that consume the events (docs/events.md), in an
+//     account of its own, ORDERLY_EVENTS (ADR 0021): read ORDER_EVENTS, pull
+//     from and ack the durable consumers the operator made on it, but not
+//     orderly's own projector, and create none;
 //   - system: the SYS account, for `nats server report` and the like.
 //
 // Each user but operator and system receives replies on its own inbox prefix
@@ -46,8 +49,41 @@ import (
 // Account names.
 const (
 	Account       = "ORDERLY"
+	EventsAccount = "ORDERLY_EVENTS"
 	SystemAccount = "SYS"
 )
+
+// eventsExports are the subjects ORDERLY exports to EventsAccount, as
+// services, and that account imports under the same names: what a consumer
+// service needs to read ORDER_EVENTS and to pull from and ack durable
+// consumers the operator made for it (orderly events consumer add).
+//
+// The events user lives in an account of its own because NATS does not check
+// the reply subject of a request against any permission: a user of ORDERLY
+// allowed to pull from one consumer could name the processor's pull subject
+// as the reply, and the server would then pull commands on the processor's
+// consumer for it; one allowed to create consumers could do the same with a
+// push consumer's deliver subject (nats-server issue 8274). Across accounts a
+// request's reply subject is replaced by one that leads back to the
+// importing account only.
+//
+// $JS.API.INFO is imported too, but not granted: an account that imports it
+// gets no JetStream API of its own from the server (which would answer every
+// other $JS.API subject with "JetStream not enabled for account").
+var eventsExports = []struct {
+	subject string
+	stream  bool // responds with more than one message
+	granted bool // the events user may publish it
+}{
+	{subject: jsAPI + "INFO"},
+	{subject: jsAPI + "STREAM.INFO." + events.EventStream, granted: true},
+	{subject: jsAPI + "DIRECT.GET." + events.EventStream, granted: true},
+	{subject: jsAPI + "DIRECT.GET." + events.EventStream + ".>", granted: true},
+	{subject: jsAPI + "STREAM.MSG.GET." + events.EventStream, granted: true},
+	{subject: jsAPI + "CONSUMER.INFO." + events.EventStream + ".*", granted: true},
+	{subject: jsAPI + "CONSUMER.MSG.NEXT." + events.EventStream + ".*", stream: true, granted: true},
+	{subject: "$JS.ACK." + events.EventStream + ".>", granted: true},
+}
 
 // User names.
 const (
@@ -160,13 +196,19 @@ func Of(user string) (p Permissions, ok bool) {
 		}
 		p.DenyPublish = durables // it consumes them; only the operator creates or changes them
 	case Events:
-		p = common(Events)
-		add(&p, streamInfo(events.EventStream), read(events.EventStream), follow(events.EventStream),
-			[]string{jsAPI + "CONSUMER.DURABLE.CREATE." + events.EventStream + ".*", "$JS.ACK." + events.EventStream + ".>"})
-		p.DenyPublish = append(slices.Clone(durables), "$JS.ACK."+events.EventStream+"."+jsstore.ProjectorConsumer+".>",
-			jsAPI+"CONSUMER.MSG.NEXT."+events.EventStream+"."+jsstore.ProjectorConsumer)
-		p.DenyPublish = slices.DeleteFunc(p.DenyPublish, func(s string) bool { return s == jsAPI+"CONSUMER.DURABLE.CREATE.>" })
-		p.DenyPublish = append(p.DenyPublish, jsAPI+"CONSUMER.DURABLE.CREATE."+events.EventStream+"."+jsstore.ProjectorConsumer)
+		// In its own account: it may use only what ORDERLY exports to it
+		// (eventsExports), and whatever reply subject it names is one of its
+		// own account's.
+		p = Permissions{Subscribe: []string{InboxPrefix(Events) + ".>"}}
+		for _, e := range eventsExports {
+			if e.granted {
+				p.Publish = append(p.Publish, e.subject)
+			}
+		}
+		p.DenyPublish = []string{
+			jsAPI + "CONSUMER.MSG.NEXT." + events.EventStream + "." + jsstore.ProjectorConsumer,
+			"$JS.ACK." + events.EventStream + "." + jsstore.ProjectorConsumer + ".>",
+		}
 	case Operator, System:
 		return Permissions{}, true
 	default:
@@ -262,23 +304,28 @@ func (c Credentials) Config() (string, error) {
 	b.WriteString("# Public keys only; the seeds are the *.nk files beside it. Include it from a server's config.\n")
 	fmt.Fprintf(&b, "accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", Account)
 	for _, u := range Users {
-		if u == System {
+		if u == System || u == Events {
 			continue
 		}
-		pub, err := c.PublicKey(u)
-		if err != nil {
+		if err := c.user(&b, u); err != nil {
 			return "", err
 		}
-		p, _ := Of(u)
-		fmt.Fprintf(&b, "      # %s\n      { nkey: %s", u, pub)
-		if u != Operator {
-			fmt.Fprintf(&b, ",\n        permissions: {\n          publish: { allow: %s", list(p.Publish))
-			if len(p.DenyPublish) > 0 {
-				fmt.Fprintf(&b, ", deny: %s", list(p.DenyPublish))
-			}
-			fmt.Fprintf(&b, " }\n          subscribe: { allow: %s }\n        }\n      ", list(p.Subscribe))
+	}
+	b.WriteString("    ]\n    # For the consumer services of the events user, in an account of its own.\n    exports: [\n")
+	for _, e := range eventsExports {
+		fmt.Fprintf(&b, "      { service: %q", e.subject)
+		if e.stream {
+			b.WriteString(", response_type: stream")
 		}
-		b.WriteString("}\n")
+		fmt.Fprintf(&b, ", accounts: [%s] }\n", EventsAccount)
+	}
+	fmt.Fprintf(&b, "    ]\n  }\n  %s {\n    users: [\n", EventsAccount)
+	if err := c.user(&b, Events); err != nil {
+		return "", err
+	}
+	b.WriteString("    ]\n    imports: [\n")
+	for _, e := range eventsExports {
+		fmt.Fprintf(&b, "      { service: { account: %s, subject: %q } }\n", Account, e.subject)
 	}
 	pub, err := c.PublicKey(System)
 	if err != nil {
@@ -286,6 +333,25 @@ func (c Credentials) Config() (string, error) {
 	}
 	fmt.Fprintf(&b, "    ]\n  }\n  %s {\n    users: [\n      # %s\n      { nkey: %s }\n    ]\n  }\n}\nsystem_account: %s\n", SystemAccount, System, pub, SystemAccount)
 	return b.String(), nil
+}
+
+// user writes u's entry of an account's users.
+func (c Credentials) user(b *strings.Builder, u string) error {
+	pub, err := c.PublicKey(u)
+	if err != nil {
+		return err
+	}
+	p, _ := Of(u)
+	fmt.Fprintf(b, "      # %s\n      { nkey: %s", u, pub)
+	if u != Operator {
+		fmt.Fprintf(b, ",\n        permissions: {\n          publish: { allow: %s", list(p.Publish))
+		if len(p.DenyPublish) > 0 {
+			fmt.Fprintf(b, ", deny: %s", list(p.DenyPublish))
+		}
+		fmt.Fprintf(b, " }\n          subscribe: { allow: %s }\n        }\n      ", list(p.Subscribe))
+	}
+	b.WriteString("}\n")
+	return nil
 }
 
 func list(subjects []string) string {

@@ -3,6 +3,7 @@ package natsauth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -296,14 +297,31 @@ func TestEachUserMayDoItsJobAndNothingElse(t *testing.T) {
 	})
 
 	t.Run("events", func(t *testing.T) {
+		billing, err := jsstore.EventsConsumerConfig("billing", events.KindCreated, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := connect(t, url, creds, natsauth.Operator).js.CreateConsumer(context.Background(), evs, billing); err != nil {
+			t.Fatal(err)
+		}
 		c := connect(t, url, creds, natsauth.Events)
-		c.allowed(t, "create its own durable consumer and read from it", func(ctx context.Context) error {
-			if _, err := c.js.CreateOrUpdateConsumer(ctx, evs, jetstream.ConsumerConfig{
-				Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: events.KindSubjects(events.KindCreated),
-			}); err != nil {
+		c.allowed(t, "read from the durable consumer the operator made for it", fetch(c, evs, "billing"))
+		c.allowed(t, "read an event by its subject", func(ctx context.Context) error {
+			s, err := c.js.Stream(ctx, evs)
+			if err != nil {
 				return err
 			}
-			return fetch(c, evs, "billing")(ctx)
+			if _, err := s.GetLastMsgForSubject(ctx, event); !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return err
+			}
+			return nil
+		})
+		c.refused(t, "create a consumer", "CONSUMER.CREATE."+evs+".mine", func(ctx context.Context) error {
+			_, err := c.js.CreateConsumer(ctx, evs, jetstream.ConsumerConfig{Durable: "mine", AckPolicy: jetstream.AckExplicitPolicy})
+			return err
+		})
+		c.refused(t, "delete a consumer", "CONSUMER.DELETE."+evs+".billing", func(ctx context.Context) error {
+			return c.js.DeleteConsumer(ctx, evs, "billing")
 		})
 		c.refused(t, "redirect orderly's projector", "CONSUMER.CREATE."+evs+"."+jsstore.ProjectorConsumer, redirect(c, evs, jsstore.ProjectorConsumer))
 		c.refused(t, "take the projector's events", "CONSUMER.MSG.NEXT."+evs+"."+jsstore.ProjectorConsumer, fetch(c, evs, jsstore.ProjectorConsumer))
@@ -357,5 +375,68 @@ func TestRefusedCredentialsFailAtOnce(t *testing.T) {
 		if el := time.Since(begin); el > 5*time.Second {
 			t.Errorf("%+v: refused after %s; want at once", c, el)
 		}
+	}
+}
+
+// TestEventsUserCannotTakeTheProcessorsCommands: NATS checks no permission
+// against a request's reply subject nor a push consumer's deliver subject, so
+// a user of orderly's account that may pull from one consumer could have the
+// server pull the processor's commands for it (the commands then wait out
+// the ack wait, undecided, and count deliveries), by naming the processor's
+// pull subject as the reply of its own pull, or as the deliver subject of a
+// consumer it creates. The events user, whose key goes to other teams'
+// services, is in an account of its own, where both lead nowhere.
+func TestEventsUserCannotTakeTheProcessorsCommands(t *testing.T) {
+	t.Parallel()
+	creds := orderlytest.NewCredentials(t)
+	url := startNATS(t, creds)
+	ctx := context.Background()
+	operator := connect(t, url, creds, natsauth.Operator)
+	for i := range 3 {
+		if _, err := operator.js.Publish(ctx, events.CommandSubject, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := operator.js.Publish(ctx, events.EventSubject(events.KindCreated, fmt.Sprintf("ord_%d", i)), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	billing, err := jsstore.EventsConsumerConfig("billing", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := operator.js.CreateConsumer(ctx, events.EventStream, billing); err != nil {
+		t.Fatal(err)
+	}
+	processorsPull := "$JS.API.CONSUMER.MSG.NEXT." + events.CommandStream + "." + jsstore.ProcessorConsumer
+
+	c := connect(t, url, creds, natsauth.Events)
+	if err := c.nc.PublishMsg(&nats.Msg{
+		Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".billing",
+		Reply:   processorsPull,
+		Data:    []byte(`{"batch":3}`),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pushCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, _ = c.js.CreateConsumer(pushCtx, events.EventStream, jetstream.ConsumerConfig{
+		Durable: "push", DeliverSubject: processorsPull, AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Whatever the server was made to do has happened after a second.
+	time.Sleep(time.Second)
+	cons, err := operator.js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := cons.CachedInfo(); info.Delivered.Consumer != 0 || info.NumPending != 3 {
+		t.Fatalf("the processor's consumer delivered %d commands to someone (%d of 3 left to deliver): the events user took them",
+			info.Delivered.Consumer, info.NumPending)
+	}
+	if _, err := operator.js.Consumer(ctx, events.EventStream, "push"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("the events user's push consumer: %v, want it never made", err)
 	}
 }

@@ -268,18 +268,14 @@ func TestTailEndsWhenTheCountedEventsAreGone(t *testing.T) {
 }
 
 // TestTailLast: --last N prints the last N matching events, of a kind too,
-// where they are scattered over a larger stream, as the read-only events
-// user; with --follow the new events after them.
+// where they are scattered over a larger stream; with --follow the new events
+// after them. (Tail reads with an ordered consumer, which it creates: it
+// needs a user that may, the operator, not the events user.)
 func TestTailLast(t *testing.T) {
 	t.Parallel()
 	inst := orderlytest.Start(t, orderlytest.Config(t))
 	operator := inst.JetStream(t)
-	js, err := jsstore.DialJetStream(inst.NATSURL(), jsstore.Credentials{
-		NkeyFile: inst.Creds.SeedPath(natsauth.Events), InboxPrefix: natsauth.InboxPrefix(natsauth.Events)}, "tail-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(js.Conn().Close)
+	js := operator
 	ctx := context.Background()
 
 	// e-00000..e-00029: every third rejected (e-00002, e-00005, ... e-00029);
@@ -359,5 +355,26 @@ func TestSummaryOfTotals(t *testing.T) {
 		if got := tail.Summary([]byte(data)); !strings.Contains(got, " "+want+" ") {
 			t.Errorf("total %d: %s, want %q", total, got, want)
 		}
+	}
+}
+
+// TestTailAsTheEventsUserIsRefused: the events user may not create consumers
+// (docs/security.md), so tail, which reads with an ordered consumer it
+// creates, fails, and the error names the permissions violation.
+func TestTailAsTheEventsUserIsRefused(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	js, err := jsstore.DialJetStream(inst.NATSURL(), jsstore.Credentials{
+		NkeyFile: inst.Creds.SeedPath(natsauth.Events), InboxPrefix: natsauth.InboxPrefix(natsauth.Events)}, "tail-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(js.Conn().Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	_, err = tail.Tail(ctx, js, tail.Options{}, &out)
+	if err = jsstore.WithDenied(err, js.Conn()); err == nil || !strings.Contains(err.Error(), "CONSUMER.CREATE.ORDER_EVENTS") {
+		t.Fatalf("tail as the events user: %v, want the refused consumer creation named", err)
 	}
 }
