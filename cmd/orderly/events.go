@@ -55,21 +55,29 @@ func (c *EventsConsumerAddCmd) Run(g *globals) error {
 		return err
 	}
 	defer closeNC()
+	from := map[bool]string{false: "from the first stored event", true: "from its creation"}
 	what := "created"
-	if _, err := js.Consumer(g.ctx, events.EventStream, c.Name); err == nil {
+	if old, err := js.Consumer(g.ctx, events.EventStream, c.Name); err == nil {
+		was := old.CachedInfo().Config
+		if (was.DeliverPolicy == jetstream.DeliverNewPolicy) != c.New {
+			return fmt.Errorf("consumer %s exists and delivers %s; where a consumer starts cannot change: remove it and add it again (its position is lost)",
+				c.Name, from[was.DeliverPolicy == jetstream.DeliverNewPolicy])
+		}
 		what = "updated"
+		if was.FilterSubject == cfg.FilterSubject && len(was.FilterSubjects) == 0 && was.AckPolicy == cfg.AckPolicy && was.AckWait == cfg.AckWait &&
+			was.MaxDeliver == cfg.MaxDeliver && was.MaxAckPending == cfg.MaxAckPending && was.DeliverSubject == "" {
+			what = "unchanged"
+		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("consumer %s: %w", c.Name, err)
 	}
-	if _, err := js.CreateOrUpdateConsumer(g.ctx, events.EventStream, cfg); err != nil {
-		return fmt.Errorf("consumer %s: %w", c.Name, err)
-	}
-	from := "from the first stored event"
-	if c.New {
-		from = "from now on"
+	if what != "unchanged" {
+		if _, err := js.CreateOrUpdateConsumer(g.ctx, events.EventStream, cfg); err != nil {
+			return fmt.Errorf("consumer %s: %w", c.Name, err)
+		}
 	}
 	fmt.Printf("consumer %s on %s %s: %s, %s.\nThe service binds to it with the events user's key: js.Consumer(ctx, %q, %q) (docs/events.md).\n",
-		c.Name, events.EventStream, what, cfg.FilterSubject, from, events.EventStream, c.Name)
+		c.Name, events.EventStream, what, cfg.FilterSubject, from[c.New], events.EventStream, c.Name)
 	return nil
 }
 

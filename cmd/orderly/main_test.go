@@ -407,6 +407,12 @@ func TestOperatorTools(t *testing.T) {
 	if out, err := tool("events", "consumer", "add", "billing", "--type", "all"); err != nil || !strings.Contains(out, "updated: orders.events.>") {
 		t.Errorf("events consumer add of an existing consumer: %v\n%s", err, out)
 	}
+	if out, err := tool("events", "consumer", "add", "billing", "--type", "all"); err != nil || !strings.Contains(out, "unchanged: orders.events.>") {
+		t.Errorf("events consumer add of an existing consumer as it is: %v\n%s", err, out)
+	}
+	if out, err := tool("events", "consumer", "add", "billing", "--new"); err == nil || !strings.Contains(out, "where a consumer starts cannot change") {
+		t.Errorf("events consumer add --new of a consumer that delivers every event: %v\n%s", err, out)
+	}
 	for _, bad := range []string{"projector", "processor", "a.b", "a b", strings.Repeat("n", 65)} {
 		if out, err := tool("events", "consumer", "add", bad); err == nil || !strings.Contains(out, "a consumer name is") {
 			t.Errorf("events consumer add %q: %v, want the name refused\n%s", bad, err, out)
