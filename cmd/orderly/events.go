@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,8 +10,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -30,6 +33,81 @@ type EventsCmd struct {
 type EventsConsumerCmd struct {
 	Add    EventsConsumerAddCmd    `cmd:"" help:"Create (or bring to these settings) a durable pull consumer on ORDER_EVENTS for a consumer service, which then binds to it by name with the events user's key (docs/events.md). Explicit acks, 30 s ack wait, never given up by the server, up to 1,000 events in flight."`
 	Remove EventsConsumerRemoveCmd `cmd:"" help:"Delete a consumer service's durable consumer from ORDER_EVENTS (its position is lost)."`
+	List   EventsConsumerListCmd   `cmd:"" help:"List the durable consumers on ORDER_EVENTS (the services', and orderly's projector if it has one): which events, how many are still to deliver, in flight and redelivered, and when each last delivered one."`
+}
+
+// EventsConsumerListCmd is orderly events consumer list.
+type EventsConsumerListCmd struct {
+	ToolNATS
+	JSON bool `name:"json" help:"Print one JSON object per consumer."`
+}
+
+// eventsConsumer is one line of orderly events consumer list.
+type eventsConsumer struct {
+	Name         string     `json:"name"`
+	Filter       string     `json:"filter"`
+	Pending      uint64     `json:"pending"`
+	InFlight     int        `json:"in_flight"`
+	Redelivered  int        `json:"redelivered"`
+	LastDelivery *time.Time `json:"last_delivery,omitempty"`
+}
+
+// Run lists the durable consumers.
+func (c *EventsConsumerListCmd) Run(g *globals) error {
+	js, closeNC, err := c.connectJS("orderly-events-consumer")
+	if err != nil {
+		return err
+	}
+	defer closeNC()
+	s, err := js.Stream(g.ctx, events.EventStream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", events.EventStream, err)
+	}
+	var out []eventsConsumer
+	list := s.ListConsumers(g.ctx)
+	for ci := range list.Info() {
+		if ci.Config.Durable == "" {
+			continue // an ordered consumer of an API or a tool
+		}
+		ec := eventsConsumer{Name: ci.Name, Filter: strings.Join(append([]string{ci.Config.FilterSubject}, ci.Config.FilterSubjects...), " "),
+			Pending: ci.NumPending, InFlight: ci.NumAckPending, Redelivered: ci.NumRedelivered}
+		ec.Filter = strings.TrimSpace(ec.Filter)
+		if ci.Name == jsstore.ProjectorConsumer {
+			ec.Name += " (orderly's)"
+		}
+		if ci.Delivered.Last != nil {
+			ec.LastDelivery = ci.Delivered.Last
+		}
+		out = append(out, ec)
+	}
+	if err := list.Err(); err != nil {
+		return err
+	}
+	slices.SortFunc(out, func(a, b eventsConsumer) int { return strings.Compare(a.Name, b.Name) })
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetEscapeHTML(false)
+		for _, ec := range out {
+			if err := enc.Encode(ec); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(out) == 0 {
+		fmt.Printf("no durable consumers on %s (orderly events consumer add NAME makes one)\n", events.EventStream)
+		return nil
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER\tEVENTS\tPENDING\tIN FLIGHT\tREDELIVERED\tLAST DELIVERY")
+	for _, ec := range out {
+		last := "never"
+		if ec.LastDelivery != nil {
+			last = humanize.Time(*ec.LastDelivery)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", ec.Name, ec.Filter, humanize.Comma(int64(ec.Pending)), ec.InFlight, ec.Redelivered, last)
+	}
+	return tw.Flush()
 }
 
 // EventsConsumerAddCmd is orderly events consumer add.

@@ -428,11 +428,20 @@ func TestOperatorTools(t *testing.T) {
 		}
 		ejs.Conn().Close()
 	}
+	if out, err := tool("events", "consumer", "list"); err != nil || !regexp.MustCompile(`(?m)^billing +orders\.events\.> +2 +0 +0 +never$`).MatchString(out) {
+		t.Errorf("events consumer list: %v, want billing with both events pending\n%s", err, out)
+	}
+	if out, err := tool("events", "consumer", "list", "--json"); err != nil || !strings.Contains(out, `{"name":"billing","filter":"orders.events.>","pending":2,`) {
+		t.Errorf("events consumer list --json: %v\n%s", err, out)
+	}
 	if out, err := tool("events", "consumer", "remove", "billing"); err != nil || !strings.Contains(out, "consumer billing removed") {
 		t.Errorf("events consumer remove: %v\n%s", err, out)
 	}
 	if out, err := tool("events", "consumer", "remove", "billing"); err == nil || !strings.Contains(out, "ORDER_EVENTS has no consumer billing") {
 		t.Errorf("events consumer remove of a missing consumer: %v\n%s", err, out)
+	}
+	if out, err := tool("events", "consumer", "list"); err != nil || !strings.Contains(out, "no durable consumers on ORDER_EVENTS") {
+		t.Errorf("events consumer list without consumers: %v\n%s", err, out)
 	}
 
 	// A user that may not read the streams: the server refuses by an error on
