@@ -21,15 +21,16 @@ import (
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/tail"
+	"github.com/orderly-dev/orderly/internal/termsafe"
 )
 
 // EventsCmd groups the event tools.
 type EventsCmd struct {
 	Tail     EventsTailCmd     `cmd:"" help:"Print order events from ORDER_EVENTS (see docs/events.md)."`
-	Consumer EventsConsumerCmd `cmd:"" help:"Make or remove the durable consumer a consumer service reads the events with (as the operator; the events user may not)."`
+	Consumer EventsConsumerCmd `cmd:"" help:"Make, list or remove the durable consumers consumer services read the events with (as the operator; the events user may not)."`
 }
 
-// EventsConsumerCmd groups orderly events consumer add and remove.
+// EventsConsumerCmd groups orderly events consumer add, remove and list.
 type EventsConsumerCmd struct {
 	Add    EventsConsumerAddCmd    `cmd:"" help:"Create (or bring to these settings) a durable pull consumer on ORDER_EVENTS for a consumer service, which then binds to it by name with the events user's key (docs/events.md). Explicit acks, 30 s ack wait, never given up by the server, up to 1,000 events in flight."`
 	Remove EventsConsumerRemoveCmd `cmd:"" help:"Delete a consumer service's durable consumer from ORDER_EVENTS (its position is lost)."`
@@ -105,7 +106,9 @@ func (c *EventsConsumerListCmd) Run(g *globals) error {
 		if ec.LastDelivery != nil {
 			last = humanize.Time(*ec.LastDelivery)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", ec.Name, ec.Filter, humanize.Comma(int64(ec.Pending)), ec.InFlight, ec.Redelivered, last)
+		// Names and filters are the server's; one made by a consumer service
+		// before ADR 0021 may hold any byte NATS allows in a name.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", termsafe.String(ec.Name), termsafe.String(ec.Filter), humanize.Comma(int64(ec.Pending)), ec.InFlight, ec.Redelivered, last)
 	}
 	return tw.Flush()
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/admin"
@@ -430,6 +431,22 @@ func TestOperatorTools(t *testing.T) {
 	}
 	if out, err := tool("events", "consumer", "list"); err != nil || !regexp.MustCompile(`(?m)^billing +orders\.events\.> +2 +0 +0 +never$`).MatchString(out) {
 		t.Errorf("events consumer list: %v, want billing with both events pending\n%s", err, out)
+	}
+	// A consumer made before ADR 0021 by a service, with a terminal escape in
+	// its name (NATS allows it): listed escaped.
+	if ojs, err := jsstore.DialJetStream("nats://"+natsListen, jsstore.Credentials{NkeyFile: filepath.Join(dir, "credentials", "operator.nk")}, "test-escape"); err != nil {
+		t.Fatal(err)
+	} else {
+		if _, err := ojs.CreateConsumer(context.Background(), events.EventStream, jetstream.ConsumerConfig{Durable: "x\x1b[2Jy", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := tool("events", "consumer", "list"); err != nil || strings.Contains(out, "\x1b") || !strings.Contains(out, `x\u001b[2Jy`) {
+			t.Errorf("events consumer list with an escape in a name: %v, want it escaped\n%q", err, out)
+		}
+		if err := ojs.DeleteConsumer(context.Background(), events.EventStream, "x\x1b[2Jy"); err != nil {
+			t.Fatal(err)
+		}
+		ojs.Conn().Close()
 	}
 	if out, err := tool("events", "consumer", "list", "--json"); err != nil || !strings.Contains(out, `{"name":"billing","filter":"orders.events.>","pending":2,`) {
 		t.Errorf("events consumer list --json: %v\n%s", err, out)
