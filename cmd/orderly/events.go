@@ -70,14 +70,10 @@ func (c *EventsConsumerListCmd) Run(g *globals) error {
 		if ci.Config.Durable == "" {
 			continue // an ordered consumer of an API or a tool
 		}
-		ec := eventsConsumer{Name: ci.Name, Filter: strings.Join(append([]string{ci.Config.FilterSubject}, ci.Config.FilterSubjects...), " "),
-			Pending: ci.NumPending, InFlight: ci.NumAckPending, Redelivered: ci.NumRedelivered}
-		ec.Filter = strings.TrimSpace(ec.Filter)
+		ec := eventsConsumer{Name: ci.Name, Filter: strings.TrimSpace(ci.Config.FilterSubject + " " + strings.Join(ci.Config.FilterSubjects, " ")),
+			Pending: ci.NumPending, InFlight: ci.NumAckPending, Redelivered: ci.NumRedelivered, LastDelivery: ci.Delivered.Last}
 		if ci.Name == jsstore.ProjectorConsumer {
 			ec.Name += " (orderly's)"
-		}
-		if ci.Delivered.Last != nil {
-			ec.LastDelivery = ci.Delivered.Last
 		}
 		out = append(out, ec)
 	}
@@ -170,7 +166,7 @@ type EventsConsumerRemoveCmd struct {
 
 // Run deletes the consumer.
 func (c *EventsConsumerRemoveCmd) Run(g *globals) error {
-	if _, err := jsstore.EventsConsumerConfig(c.Name, "", false); err != nil {
+	if err := jsstore.CheckEventsConsumerName(c.Name); err != nil {
 		return err
 	}
 	js, closeNC, err := c.connectJS("orderly-events-consumer")

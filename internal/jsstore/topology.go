@@ -513,12 +513,21 @@ func Check(ctx context.Context, js jetstream.JetStream, n Needs) error {
 	return nil
 }
 
-// EventsConsumerName is the rule for the names of consumer services' durable
+// eventsConsumerName is the rule for the names of consumer services' durable
 // consumers on ORDER_EVENTS: letters, digits, '-' and '_', at most 64.
-var EventsConsumerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var eventsConsumerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// ErrEventsConsumerName is returned for a name EventsConsumerConfig refuses.
+// ErrEventsConsumerName is returned for a name CheckEventsConsumerName refuses.
 var ErrEventsConsumerName = errors.New("a consumer name is 1 to 64 letters, digits, '-' or '_', and not one of orderly's own (processor, projector)")
+
+// CheckEventsConsumerName refuses a name a consumer service's consumer may
+// not have.
+func CheckEventsConsumerName(name string) error {
+	if !eventsConsumerName.MatchString(name) || name == ProcessorConsumer || name == ProjectorConsumer {
+		return fmt.Errorf("%q: %w", name, ErrEventsConsumerName)
+	}
+	return nil
+}
 
 // EventsConsumerConfig is the durable pull consumer the operator makes on
 // ORDER_EVENTS for a consumer service (orderly events consumer add): the
@@ -527,8 +536,8 @@ var ErrEventsConsumerName = errors.New("a consumer name is 1 to 64 letters, digi
 // server (the service decides what a failure means), up to 1,000 in flight.
 // Its replicas are the stream's.
 func EventsConsumerConfig(name string, kind events.Kind, onlyNew bool) (jetstream.ConsumerConfig, error) {
-	if !EventsConsumerName.MatchString(name) || name == ProcessorConsumer || name == ProjectorConsumer {
-		return jetstream.ConsumerConfig{}, fmt.Errorf("%q: %w", name, ErrEventsConsumerName)
+	if err := CheckEventsConsumerName(name); err != nil {
+		return jetstream.ConsumerConfig{}, err
 	}
 	filter := events.EventSubjects
 	if kind != "" {

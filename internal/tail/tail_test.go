@@ -274,8 +274,8 @@ func TestTailEndsWhenTheCountedEventsAreGone(t *testing.T) {
 func TestTailLast(t *testing.T) {
 	t.Parallel()
 	inst := orderlytest.Start(t, orderlytest.Config(t))
-	operator := inst.JetStream(t)
-	js := operator
+	js := inst.JetStream(t)
+	operator := js // publishes the events tail reads
 	ctx := context.Background()
 
 	// e-00000..e-00029: every third rejected (e-00002, e-00005, ... e-00029);
