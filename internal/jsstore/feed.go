@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,6 +17,11 @@ type feed struct {
 	failedAt time.Time
 	lastErr  error
 	lastMsg  time.Time
+	// remaking is when the watch began to wait for the consumer, zero while
+	// it does not wait (see watch).
+	remaking time.Time
+	stopped  atomic.Bool
+	done     chan struct{}
 }
 
 // feedHeartbeat is the feed's idle heartbeat: two missed ones make the
@@ -45,8 +51,11 @@ func follow(ctx context.Context, js jetstream.JetStream, stream string, cfg jets
 	if err != nil {
 		return nil, nil, fmt.Errorf("follow %s: %w", stream, err)
 	}
-	f := &feed{}
+	f := &feed{done: make(chan struct{})}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if f.stopped.Load() {
+			return
+		}
 		f.mu.Lock()
 		f.lastMsg = time.Now()
 		f.mu.Unlock()
@@ -60,14 +69,57 @@ func follow(ctx context.Context, js jetstream.JetStream, stream string, cfg jets
 	if err != nil {
 		return nil, nil, fmt.Errorf("follow %s: %w", stream, err)
 	}
-	return cc.Stop, f.err, nil
+	go f.watch(cons)
+	return func() { f.stop(cc) }, f.err, nil
+}
+
+// stop ends the feed at once: h is not called any more, and nats.go's Stop
+// runs on its own goroutine. That Stop waits for the consumer's lock, which
+// nats.go holds while it makes the consumer again, through each attempt (up
+// to 10 s) and the pause after it; with the cluster unable to make it, a
+// shutdown waited 21 s here. It ends there once the connection is closed.
+func (f *feed) stop(cc jetstream.ConsumeContext) {
+	if f.stopped.Swap(true) {
+		return
+	}
+	close(f.done)
+	go cc.Stop()
+}
+
+// watch looks, every heartbeat, whether nats.go is making the consumer
+// again: CachedInfo waits for the consumer's lock, which the reset holds
+// until a new consumer is made. nats.go reports the missed heartbeats that
+// start a reset once, and nothing while its attempts fail, so without this a
+// feed whose consumer cannot be made (no meta leader) would count as live
+// again after feedQuiet.
+func (f *feed) watch(cons jetstream.Consumer) {
+	tick := time.NewTicker(feedHeartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-f.done:
+			return
+		case <-tick.C:
+		}
+		f.mu.Lock()
+		f.remaking = time.Now()
+		f.mu.Unlock()
+		cons.CachedInfo()
+		f.mu.Lock()
+		f.remaking = time.Time{}
+		f.mu.Unlock()
+	}
 }
 
 // err is nil while the feed is live: no error reported in the last few
-// heartbeats, or messages delivered since the last one.
+// heartbeats, or messages delivered since the last one, and the consumer not
+// being made again for longer than a heartbeat.
 func (f *feed) err() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.remaking.IsZero() && time.Since(f.remaking) > feedHeartbeat {
+		return fmt.Errorf("feed interrupted: its consumer is being made again since %s (last error: %v)", f.remaking.UTC().Format(time.RFC3339), f.lastErr)
+	}
 	if f.lastErr == nil || f.lastMsg.After(f.failedAt) || time.Since(f.failedAt) > feedQuiet {
 		return nil
 	}

@@ -275,3 +275,21 @@ func ExternalNATS(tb testing.TB, dir string, port int, creds natsauth.Credential
 	register("nats://127.0.0.1:"+strconv.Itoa(port), creds)
 	return "nats://127.0.0.1:" + strconv.Itoa(port), stop
 }
+
+// FeedNode is the server that carries a feed on stream: an ordered consumer
+// (one without a durable name), such as an API process's result feed.
+func FeedNode(tb testing.TB, js jetstream.JetStream, stream string) string {
+	tb.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l := s.ListConsumers(context.Background())
+	for info := range l.Info() {
+		if info.Config.Durable == "" && info.Cluster != nil && info.Cluster.Leader != "" {
+			return info.Cluster.Leader
+		}
+	}
+	tb.Fatalf("no feed on %s found: %v", stream, l.Err())
+	return ""
+}

@@ -134,24 +134,6 @@ func caughtUp(t *testing.T, js jetstream.JetStream) {
 	})
 }
 
-// feedNode is the server that carries one of the API processes' result
-// feeds (an ordered consumer of the bucket's stream).
-func feedNode(t *testing.T, js jetstream.JetStream) string {
-	t.Helper()
-	s, err := js.Stream(context.Background(), jsstore.ResultsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := s.ListConsumers(context.Background())
-	for info := range l.Info() {
-		if info.Cluster != nil && info.Cluster.Leader != "" {
-			return info.Cluster.Leader
-		}
-	}
-	t.Fatalf("no result feed found: %v", l.Err())
-	return ""
-}
-
 // TestFailoverUnderCheck kills with SIGKILL, under the checker's workload and
 // a timed probe on both APIs of a three-node R3 cluster of nats-server
 // processes, first the ORDER_COMMANDS leader (brought back after 12 s), then
@@ -200,7 +182,7 @@ func TestFailoverUnderCheck(t *testing.T) {
 	cluster.Restart(leader)
 	caughtUp(t, js)
 	time.Sleep(3 * time.Second)
-	feedName := feedNode(t, js)
+	feedName := orderlytest.FeedNode(t, js, jsstore.ResultsStream)
 	feed := cluster.Index(feedName)
 	for _, name := range []string{events.CommandStream, events.EventStream, events.DeadLetterStream, jsstore.ResultsStream} {
 		if l := leaderOf(t, js, name); l == feedName {
