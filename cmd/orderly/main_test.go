@@ -466,6 +466,9 @@ func TestOperatorTools(t *testing.T) {
 	denied := exec.Command(bin, "status", "--nats-url", "nats://"+natsListen, "--nats-nkey", filepath.Join(dir, "credentials", "events.nk"))
 	if out, err := denied.CombinedOutput(); err == nil || !strings.Contains(string(out), "the NATS user may not do this (nats: permissions violation") {
 		t.Errorf("status as the events user: %v\n%s", err, out)
+	} else if n := strings.Count(strings.ToLower(string(out)), "permissions violation for publish"); n != 1 {
+		// nats.go's default handler wrote each one again ("... on connection [N]").
+		t.Errorf("status as the events user names the violation %d times, want once:\n%s", n, out)
 	}
 	if out, err := tool("dlq", "list"); err != nil || !strings.Contains(out, "no dead letters") {
 		t.Errorf("dlq list: %v\n%s", err, out)

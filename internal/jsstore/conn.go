@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -205,7 +206,7 @@ func Dial(url string, creds Credentials, name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second)}, auth...)...)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second), nats.ErrorHandler(toolAsyncError)}, auth...)...)
 	if IsAuthError(err) {
 		return nil, fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %w", Redact(url), err, ErrCredentials)
 	}
@@ -216,6 +217,21 @@ func Dial(url string, creds Credentials, name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), err)
 	}
 	return nc, nil
+}
+
+// toolAsyncError writes an error NATS reports on a tool's connection to
+// stderr, except a permissions violation: the request it refused times out,
+// and the tool's error names the violation (WithDenied), once. (nats.go's
+// default handler writes each one, as "... on connection [N]".)
+func toolAsyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	if sub != nil {
+		fmt.Fprintf(os.Stderr, "orderly: NATS: %v (subscription on %s)\n", err, sub.Subject)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "orderly: NATS: %v\n", err)
 }
 
 // DialJetStream is Dial and a JetStream context on the connection; close it
