@@ -111,13 +111,19 @@ func (f *feed) watch(cons jetstream.Consumer) {
 	}
 }
 
+// remakingFor is how long CachedInfo must wait before the feed counts as
+// being made again: far longer than the moment a delivery holds the lock,
+// and short enough that it takes over from feedQuiet without a gap (the
+// watch's call begins at most a heartbeat after the reset).
+const remakingFor = 2 * feedHeartbeat
+
 // err is nil while the feed is live: no error reported in the last few
 // heartbeats, or messages delivered since the last one, and the consumer not
-// being made again for longer than a heartbeat.
+// being made again for longer than remakingFor.
 func (f *feed) err() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.remaking.IsZero() && time.Since(f.remaking) > feedHeartbeat {
+	if !f.remaking.IsZero() && time.Since(f.remaking) > remakingFor {
 		return fmt.Errorf("feed interrupted: its consumer is being made again since %s (last error: %v)", f.remaking.UTC().Format(time.RFC3339), f.lastErr)
 	}
 	if f.lastErr == nil || f.lastMsg.After(f.failedAt) || time.Since(f.failedAt) > feedQuiet {
