@@ -277,19 +277,25 @@ func ExternalNATS(tb testing.TB, dir string, port int, creds natsauth.Credential
 }
 
 // FeedNode is the server that carries a feed on stream: an ordered consumer
-// (one without a durable name), such as an API process's result feed.
+// (one without a durable name), such as an API process's result feed. It
+// waits up to 10 s for the consumer to be listed with its node.
 func FeedNode(tb testing.TB, js jetstream.JetStream, stream string) string {
 	tb.Helper()
-	s, err := js.Stream(context.Background(), stream)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l := s.ListConsumers(context.Background())
-	for info := range l.Info() {
-		if info.Config.Durable == "" && info.Cluster != nil && info.Cluster.Leader != "" {
-			return info.Cluster.Leader
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		s, err := js.Stream(context.Background(), stream)
+		if err != nil {
+			last = err
+			continue
 		}
+		l := s.ListConsumers(context.Background())
+		for info := range l.Info() {
+			if info.Config.Durable == "" && info.Cluster != nil && info.Cluster.Leader != "" {
+				return info.Cluster.Leader
+			}
+		}
+		last = l.Err()
 	}
-	tb.Fatalf("no feed on %s found: %v", stream, l.Err())
+	tb.Fatalf("no feed on %s within 10 s (last error: %v)", stream, last)
 	return ""
 }
