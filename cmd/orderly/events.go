@@ -260,22 +260,44 @@ func (t ToolNATS) connectJS(name string) (jetstream.JetStream, func(), error) {
 }
 
 // dial connects a tool to orderly's NATS, and keeps the connection for
-// explainDenied.
+// explainDenied. A permissions violation on it ends the running command at
+// once (toolConns.stop): the request the server refused would otherwise
+// wait out its timeout, and the command fail after it anyway.
 func (t ToolNATS) dial(name string) (*nats.Conn, error) {
 	nc, err := jsstore.Dial(t.NATSURL, t.creds(), name)
-	if err == nil {
-		toolConns.Lock()
-		toolConns.all = append(toolConns.all, nc)
-		toolConns.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	return nc, err
+	toolConns.Lock()
+	toolConns.all = append(toolConns.all, nc)
+	toolConns.Unlock()
+	report := nc.ErrorHandler()
+	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			toolConns.Lock()
+			stop := toolConns.stop
+			toolConns.Unlock()
+			if stop != nil {
+				stop(err)
+			}
+		}
+		if report != nil {
+			report(c, sub, err)
+		}
+	})
+	return nc, nil
 }
 
-// toolConns are the connections the tools made in this process.
+// toolConns are the connections the tools made in this process, and stop,
+// which ends the context of the running command (set by main).
 var toolConns struct {
 	sync.Mutex
-	all []*nats.Conn
+	all  []*nats.Conn
+	stop context.CancelCauseFunc
 }
+
+// useAnotherUser ends the error of a command the NATS user may not run.
+const useAnotherUser = "; give a user that may, such as the operator (--nats-nkey .../operator.nk)"
 
 // explainDenied adds to a tool's error the permissions violation behind it,
 // if one of its connections met one: NATS refuses a request its user may not
@@ -286,7 +308,10 @@ func explainDenied(err error) error {
 	defer toolConns.Unlock()
 	for _, nc := range toolConns.all {
 		if explained := jsstore.WithDenied(err, nc); explained != err {
-			return fmt.Errorf("%w; give a user that may, such as the operator (--nats-nkey .../operator.nk)", explained)
+			// The command was ended for the violation (dial): its
+			// "context canceled" says nothing the violation does not.
+			msg := strings.Replace(explained.Error(), context.Canceled.Error()+": ", "", 1)
+			return fmt.Errorf("%s%s", msg, useAnotherUser)
 		}
 	}
 	return err

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/nats-io/nats.go"
 
 	"github.com/orderly-dev/orderly/internal/natsserver"
 )
@@ -80,7 +82,18 @@ func main() {
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, denied := context.WithCancelCause(ctx)
+	defer denied(nil)
+	toolConns.Lock()
+	toolConns.stop = denied
+	toolConns.Unlock()
 	err := kctx.Run(&globals{ctx: ctx, logger: newLogger(cli.LogLevel, cli.LogFormat)})
+	if cause := context.Cause(ctx); err == nil && errors.Is(cause, nats.ErrPermissionViolation) {
+		// A command that takes the end of its context for an interrupt
+		// (events tail) returns nil when a violation ended it.
+		fmt.Fprintf(os.Stderr, "orderly: stopped: the NATS user may not do this (%v)%s\n", cause, useAnotherUser)
+		os.Exit(1)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "orderly:", explainDenied(err))
 		os.Exit(1)

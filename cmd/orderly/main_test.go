@@ -462,13 +462,27 @@ func TestOperatorTools(t *testing.T) {
 	}
 
 	// A user that may not read the streams: the server refuses by an error on
-	// the connection only, and the tool's call times out; its error says why.
+	// the connection only, and the tool's call would time out; the violation
+	// ends the command at once (not after the request's timeout, 5 s), and
+	// its error says why.
 	denied := exec.Command(bin, "status", "--nats-url", "nats://"+natsListen, "--nats-nkey", filepath.Join(dir, "credentials", "events.nk"))
-	if out, err := denied.CombinedOutput(); err == nil || !strings.Contains(string(out), "the NATS user may not do this (nats: permissions violation") {
+	began := time.Now()
+	deniedOut, err := denied.CombinedOutput()
+	out = string(deniedOut)
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("status as the events user failed after %s: the refused request waited out its timeout", took.Round(time.Millisecond))
+	}
+	if err == nil || !strings.Contains(out, "the NATS user may not do this (nats: permissions violation") {
 		t.Errorf("status as the events user: %v\n%s", err, out)
-	} else if n := strings.Count(strings.ToLower(string(out)), "permissions violation for publish"); n != 1 {
+	} else if n := strings.Count(strings.ToLower(out), "permissions violation for publish"); n != 1 {
 		// nats.go's default handler wrote each one again ("... on connection [N]").
 		t.Errorf("status as the events user names the violation %d times, want once:\n%s", n, out)
+	}
+	// events tail takes the end of its context for an interrupt (exit 0);
+	// ended by a violation, it fails with it.
+	tail := exec.Command(bin, "events", "tail", "--nats-url", "nats://"+natsListen, "--nats-nkey", filepath.Join(dir, "credentials", "events.nk"))
+	if out, err := tail.CombinedOutput(); err == nil || !strings.Contains(string(out), "stopped: the NATS user may not do this (nats: permissions violation") {
+		t.Errorf("events tail as the events user: %v\n%s", err, out)
 	}
 	if out, err := tool("dlq", "list"); err != nil || !strings.Contains(out, "no dead letters") {
 		t.Errorf("dlq list: %v\n%s", err, out)
