@@ -378,16 +378,11 @@ func TestRefusedCredentialsFailAtOnce(t *testing.T) {
 	}
 }
 
-// TestEventsUserCannotTakeTheProcessorsCommands: NATS checks no permission
-// against a request's reply subject nor a push consumer's deliver subject, so
-// a user of orderly's account that may pull from one consumer could have the
-// server pull the processor's commands for it (the commands then wait out
-// the ack wait, undecided, and count deliveries), by naming the processor's
-// pull subject as the reply of its own pull, or as the deliver subject of a
-// consumer it creates. The events user, whose key goes to other teams'
-// services, is in an account of its own, where both lead nowhere.
-func TestEventsUserCannotTakeTheProcessorsCommands(t *testing.T) {
-	t.Parallel()
+// withBilling starts a NATS with orderly's users and topology, 3 commands
+// and 3 events, and the operator's consumer billing on the events; it
+// returns the server, the users and the operator's connection.
+func withBilling(t *testing.T) (string, natsauth.Credentials, *client) {
+	t.Helper()
 	creds := orderlytest.NewCredentials(t)
 	url := startNATS(t, creds)
 	ctx := context.Background()
@@ -407,6 +402,21 @@ func TestEventsUserCannotTakeTheProcessorsCommands(t *testing.T) {
 	if _, err := operator.js.CreateConsumer(ctx, events.EventStream, billing); err != nil {
 		t.Fatal(err)
 	}
+	return url, creds, operator
+}
+
+// TestEventsUserCannotTakeTheProcessorsCommands: NATS checks no permission
+// against a request's reply subject nor a push consumer's deliver subject, so
+// a user of orderly's account that may pull from one consumer could have the
+// server pull the processor's commands for it (the commands then wait out
+// the ack wait, undecided, and count deliveries), by naming the processor's
+// pull subject as the reply of its own pull, or as the deliver subject of a
+// consumer it creates. The events user, whose key goes to other teams'
+// services, is in an account of its own, where both lead nowhere.
+func TestEventsUserCannotTakeTheProcessorsCommands(t *testing.T) {
+	t.Parallel()
+	url, creds, operator := withBilling(t)
+	ctx := context.Background()
 	processorsPull := "$JS.API.CONSUMER.MSG.NEXT." + events.CommandStream + "." + jsstore.ProcessorConsumer
 
 	c := connect(t, url, creds, natsauth.Events)
@@ -438,5 +448,54 @@ func TestEventsUserCannotTakeTheProcessorsCommands(t *testing.T) {
 	}
 	if _, err := operator.js.Consumer(ctx, events.EventStream, "push"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Fatalf("the events user's push consumer: %v, want it never made", err)
+	}
+}
+
+// TestEventsUserCannotReachTheProjectorThroughReplies: the exports to the
+// events user's account name every consumer of ORDER_EVENTS (a wildcard),
+// the optional projector's too, and its own user may not publish there. Nor
+// does a reply reach it: the events user pulls from its consumer with the
+// projector's pull subject as the reply, then with an ack subject of a
+// delivery the projector holds. In one account the first would pull for the
+// projector and the second ack its delivery; across the import, each reply
+// stays in the events user's account.
+func TestEventsUserCannotReachTheProjectorThroughReplies(t *testing.T) {
+	t.Parallel()
+	url, creds, operator := withBilling(t)
+	ctx := context.Background()
+	projector, err := operator.js.Consumer(ctx, events.EventStream, jsstore.ProjectorConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The projector holds one delivery, unacked.
+	batch, err := projector.Fetch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held string
+	for m := range batch.Messages() {
+		held = m.Reply()
+	}
+	if held == "" {
+		t.Fatalf("the projector got no delivery: %v", batch.Error())
+	}
+
+	c := connect(t, url, creds, natsauth.Events)
+	for _, reply := range []string{"$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + "." + jsstore.ProjectorConsumer, held} {
+		if err := c.nc.PublishMsg(&nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".billing", Reply: reply, Data: []byte(`{"batch":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // whatever the server was made to do has happened
+	info, err := projector.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Delivered.Consumer != 1 || info.NumAckPending != 1 || info.AckFloor.Consumer != 0 {
+		t.Fatalf("the projector's consumer: %d delivered, %d unacked, ack floor %d; want 1, 1, 0 (its own fetch, held)",
+			info.Delivered.Consumer, info.NumAckPending, info.AckFloor.Consumer)
 	}
 }
