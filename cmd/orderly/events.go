@@ -153,8 +153,8 @@ func (c *EventsConsumerAddCmd) Run(g *globals) error {
 			return fmt.Errorf("consumer %s: %w", c.Name, err)
 		}
 	}
-	fmt.Printf("consumer %s on %s %s: %s, %s.\nThe service binds to it with the events user's key: js.Consumer(ctx, %q, %q) (docs/events.md).\n",
-		c.Name, events.EventStream, what, cfg.FilterSubject, from[c.New], events.EventStream, c.Name)
+	fmt.Printf("consumer %s on %s %s: %s, %s.\nThe service binds to it with a key of its own (orderly credentials service add %s) or the shared events user's: js.Consumer(ctx, %q, %q) (docs/events.md).\n",
+		c.Name, events.EventStream, what, cfg.FilterSubject, from[c.New], c.Name, events.EventStream, c.Name)
 	return nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -657,5 +658,60 @@ func TestNegativeValuesAreRefused(t *testing.T) {
 	cmd.Env = append(os.Environ(), "ORDERLY_STARTUP_TIMEOUT=-2m")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "-2m is negative") || !strings.Contains(string(out), "ORDERLY_STARTUP_TIMEOUT") {
 		t.Errorf("ORDERLY_STARTUP_TIMEOUT=-2m: %v\n%s", err, out)
+	}
+}
+
+// TestServiceKeys: orderly credentials service add, list and remove on a
+// credentials directory; orderly credentials init (which orderly serve runs
+// at every start) keeps the services' accounts in the configuration.
+// internal/natsauth TestServiceKeysKeepServicesApart tests what a key may do.
+func TestServiceKeys(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := filepath.Join(t.TempDir(), "credentials")
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("credentials", "service", "add", "billing", "--dir", dir); err == nil || !strings.Contains(out, "orderly credentials init DIR first") {
+		t.Fatalf("add before init: %v\n%s", err, out)
+	}
+	if out, err := run("credentials", "init", dir); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	if out, err := run("credentials", "service", "list", "--dir", dir); err != nil || !strings.Contains(out, "no consumer service has a key of its own") {
+		t.Fatalf("list: %v\n%s", err, out)
+	}
+	seed := filepath.Join(dir, natsauth.ServicesDir, "billing.nk")
+	if out, err := run("credentials", "service", "add", "billing", "--dir", dir); err != nil || !strings.Contains(out, seed) || !strings.Contains(out, "one at a time") {
+		t.Fatalf("add: %v\n%s", err, out)
+	}
+	if st, err := os.Stat(seed); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the key: %v %v, want mode 0600", st, err)
+	}
+	if out, err := run("credentials", "service", "add", "billing", "--dir", dir); err == nil || !strings.Contains(out, "has a key already") {
+		t.Fatalf("add again: %v\n%s", err, out)
+	}
+	if out, err := run("credentials", "service", "add", "projector", "--dir", dir); err == nil || !strings.Contains(out, "not one of orderly's own") {
+		t.Fatalf("add projector: %v\n%s", err, out)
+	}
+	if out, err := run("credentials", "service", "list", "--dir", dir); err != nil || !strings.Contains(out, "billing") {
+		t.Fatalf("list: %v\n%s", err, out)
+	}
+	if out, err := run("credentials", "init", dir); err != nil {
+		t.Fatalf("init again: %v\n%s", err, out)
+	}
+	conf := filepath.Join(dir, natsauth.ConfigFile)
+	if b, err := os.ReadFile(conf); err != nil || !strings.Contains(string(b), natsauth.ServiceAccount("billing")+" {") {
+		t.Fatalf("the configuration after init: %v\n%s", err, b)
+	}
+	if out, err := run("credentials", "service", "remove", "billing", "--dir", dir); err != nil || !strings.Contains(out, "key deleted") {
+		t.Fatalf("remove: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(conf); err != nil || strings.Contains(string(b), natsauth.ServiceAccount("billing")) {
+		t.Fatalf("the configuration after remove: %v\n%s", err, b)
+	}
+	if out, err := run("credentials", "service", "remove", "billing", "--dir", dir); err == nil || !strings.Contains(out, "no such service") {
+		t.Fatalf("remove again: %v\n%s", err, out)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
@@ -45,7 +46,93 @@ func (c *SetupCmd) Run(g *globals) error {
 
 // CredentialsCmd groups the credential tools.
 type CredentialsCmd struct {
-	Init CredentialsInitCmd `cmd:"" help:"Create the NATS users' nkey seeds (mode 0600) that are missing in a directory, and the nats-server configuration fragment (accounts, users, permissions) to include from every node's config. Existing seeds are kept."`
+	Init    CredentialsInitCmd    `cmd:"" help:"Create the NATS users' nkey seeds (mode 0600) that are missing in a directory, and the nats-server configuration fragment (accounts, users, permissions) to include from every node's config. Existing seeds are kept."`
+	Service CredentialsServiceCmd `cmd:"" help:"Give a consumer service a NATS key of its own (add, remove, list): in an account of its own, it reads ORDER_EVENTS and pulls from and acks its own consumer only (docs/events.md)."`
+}
+
+// CredentialsServiceCmd groups the consumer services' keys.
+type CredentialsServiceCmd struct {
+	Add    CredentialsServiceAddCmd    `cmd:"" help:"Create the service's key (services/NAME.nk, mode 0600) and write nats-accounts.conf again with an account for it. It may read ORDER_EVENTS and pull from and ack the durable consumer NAME (make it with orderly events consumer add NAME), nothing else. NATS loads it when it starts: restart orderly serve, or the nodes of a cluster one at a time (a reload is not enough, nats-server issue 8560)."`
+	Remove CredentialsServiceRemoveCmd `cmd:"" help:"Delete the service's key and write nats-accounts.conf again without its account (NATS drops it at its next start). Its consumer stays: orderly events consumer remove NAME deletes it."`
+	List   CredentialsServiceListCmd   `cmd:"" help:"List the consumer services with keys of their own."`
+}
+
+// credentialsDir is the --dir of the service commands.
+type credentialsDir struct {
+	Dir string `name:"dir" env:"ORDERLY_CREDENTIALS_DIR" default:"./data/credentials" type:"path" help:"Credentials directory: orderly serve's <data-dir>/credentials, or the one of orderly credentials init."`
+}
+
+// creds is the directory, which must hold orderly's users already.
+func (c credentialsDir) creds() (natsauth.Credentials, error) {
+	creds := natsauth.Credentials{Dir: c.Dir}
+	if _, err := os.Stat(creds.ConfigPath()); err != nil {
+		return creds, fmt.Errorf("%s: no %s there: run orderly serve (its <data-dir>/credentials) or orderly credentials init DIR first", c.Dir, natsauth.ConfigFile)
+	}
+	return creds, nil
+}
+
+// CredentialsServiceAddCmd is orderly credentials service add.
+type CredentialsServiceAddCmd struct {
+	credentialsDir
+	Name string `arg:"" help:"The service's name, the same as its consumer's (1 to 64 letters, digits, '-' or '_')."`
+}
+
+// Run creates the key.
+func (c *CredentialsServiceAddCmd) Run() error {
+	creds, err := c.creds()
+	if err != nil {
+		return err
+	}
+	if err := creds.AddService(c.Name); err != nil {
+		return err
+	}
+	fmt.Printf("service %s: key %s (give it to the service only), account %s in %s\n", c.Name, creds.ServiceSeedPath(c.Name), natsauth.ServiceAccount(c.Name), creds.ConfigPath())
+	fmt.Printf("NATS loads it when it starts: restart orderly serve, or the nodes of a cluster one at a time (a reload is not enough, nats-server issue 8560). The service binds to its consumer (orderly events consumer add %s) with this key.\n", c.Name)
+	return nil
+}
+
+// CredentialsServiceRemoveCmd is orderly credentials service remove.
+type CredentialsServiceRemoveCmd struct {
+	credentialsDir
+	Name string `arg:"" help:"The service's name."`
+}
+
+// Run deletes the key.
+func (c *CredentialsServiceRemoveCmd) Run() error {
+	creds, err := c.creds()
+	if err != nil {
+		return err
+	}
+	if err := creds.RemoveService(c.Name); err != nil {
+		return err
+	}
+	fmt.Printf("service %s: key deleted and its account removed from %s; NATS drops it at its next start\n", c.Name, creds.ConfigPath())
+	return nil
+}
+
+// CredentialsServiceListCmd is orderly credentials service list.
+type CredentialsServiceListCmd struct {
+	credentialsDir
+}
+
+// Run lists the services.
+func (c *CredentialsServiceListCmd) Run() error {
+	creds, err := c.creds()
+	if err != nil {
+		return err
+	}
+	names, err := creds.Services()
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		fmt.Printf("no consumer service has a key of its own in %s (they share the events user's key)\n", c.Dir)
+		return nil
+	}
+	for _, name := range names {
+		fmt.Printf("%-24s %s\n", name, creds.ServiceSeedPath(name))
+	}
+	return nil
 }
 
 // CredentialsInitCmd is orderly credentials init.

@@ -23,7 +23,10 @@
 //     account of its own, ORDERLY_EVENTS (ADR 0021): read ORDER_EVENTS, pull
 //     from and ack the durable consumers the operator made on it, but not
 //     orderly's own projector, and create none;
-//   - system: the SYS account, for `nats server report` and the like.
+//   - system: the SYS account, for `nats server report` and the like;
+//   - a consumer service with a key of its own (AddService, ADR 0022): one
+//     user in an account of its own, ORDERLY_SERVICE_<name>, that reads
+//     ORDER_EVENTS and pulls from and acks the consumer <name> only.
 //
 // Each user but operator and system receives replies on its own inbox prefix
 // (_INBOX_<user>), so that no user can read another's replies.
@@ -70,19 +73,34 @@ const (
 // $JS.API.INFO is imported too, but not granted: an account that imports it
 // gets no JetStream API of its own from the server (which would answer every
 // other $JS.API subject with "JetStream not enabled for account").
+//
+// A consumer service with a key of its own (AddService) has an account of
+// its own too, which imports the same reads but the consumer subjects of its
+// own consumer only (the service form, with the service's name for %s), each
+// exported to that account alone: nothing it names, as a subject or as a
+// reply, reaches another service's consumer.
 var eventsExports = []struct {
 	subject string
-	stream  bool // responds with more than one message
-	granted bool // the events user may publish it
+	service string // the subject for one consumer service; empty: the same
+	stream  bool   // responds with more than one message
+	granted bool   // the events user may publish it
 }{
 	{subject: jsAPI + "INFO"},
 	{subject: jsAPI + "STREAM.INFO." + events.EventStream, granted: true},
 	{subject: jsAPI + "DIRECT.GET." + events.EventStream, granted: true},
 	{subject: jsAPI + "DIRECT.GET." + events.EventStream + ".>", granted: true},
 	{subject: jsAPI + "STREAM.MSG.GET." + events.EventStream, granted: true},
-	{subject: jsAPI + "CONSUMER.INFO." + events.EventStream + ".*", granted: true},
-	{subject: jsAPI + "CONSUMER.MSG.NEXT." + events.EventStream + ".*", stream: true, granted: true},
-	{subject: "$JS.ACK." + events.EventStream + ".>", granted: true},
+	{subject: jsAPI + "CONSUMER.INFO." + events.EventStream + ".*", service: jsAPI + "CONSUMER.INFO." + events.EventStream + ".%s", granted: true},
+	{subject: jsAPI + "CONSUMER.MSG.NEXT." + events.EventStream + ".*", service: jsAPI + "CONSUMER.MSG.NEXT." + events.EventStream + ".%s", stream: true, granted: true},
+	{subject: "$JS.ACK." + events.EventStream + ".>", service: "$JS.ACK." + events.EventStream + ".%s.>", granted: true},
+}
+
+// serviceSubject is export e's subject for consumer service name.
+func serviceSubject(subject, service, name string) string {
+	if service == "" {
+		return subject
+	}
+	return fmt.Sprintf(service, name)
 }
 
 // User names.
@@ -237,16 +255,8 @@ func (c Credentials) Init() error {
 		if _, err := os.Stat(path); err == nil {
 			continue
 		}
-		kp, err := nkeys.CreateUser()
-		if err != nil {
-			return fmt.Errorf("credentials: %w", err)
-		}
-		seed, err := kp.Seed()
-		if err != nil {
+		if err := newSeed(path); err != nil {
 			return err
-		}
-		if err := writeFile(path, seed, 0o600); err != nil {
-			return fmt.Errorf("credentials: %w", err)
 		}
 	}
 	conf, err := c.Config()
@@ -254,6 +264,22 @@ func (c Credentials) Init() error {
 		return err
 	}
 	return writeFile(filepath.Join(c.Dir, ConfigFile), []byte(conf), 0o644)
+}
+
+// newSeed writes a new random user seed to path (mode 0600).
+func newSeed(path string) error {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return err
+	}
+	if err := writeFile(path, seed, 0o600); err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	return nil
 }
 
 // writeFile writes data to path atomically (a temporary file renamed).
@@ -284,14 +310,17 @@ func (c Credentials) SeedPath(user string) string { return filepath.Join(c.Dir, 
 func (c Credentials) ConfigPath() string { return filepath.Join(c.Dir, ConfigFile) }
 
 // PublicKey reads user's seed and returns its public key.
-func (c Credentials) PublicKey(user string) (string, error) {
-	seed, err := os.ReadFile(c.SeedPath(user))
+func (c Credentials) PublicKey(user string) (string, error) { return publicKeyOf(c.SeedPath(user)) }
+
+// publicKeyOf reads the seed at path and returns its public key.
+func publicKeyOf(path string) (string, error) {
+	seed, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
 	kp, err := nkeys.FromSeed(seed)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", c.SeedPath(user), err)
+		return "", fmt.Errorf("%s: %w", path, err)
 	}
 	return kp.PublicKey()
 }
@@ -311,13 +340,33 @@ func (c Credentials) Config() (string, error) {
 			return "", err
 		}
 	}
-	b.WriteString("    ]\n    # For the consumer services of the events user, in an account of its own.\n    exports: [\n")
-	for _, e := range eventsExports {
-		fmt.Fprintf(&b, "      { service: %q", e.subject)
-		if e.stream {
+	services, err := c.Services()
+	if err != nil {
+		return "", err
+	}
+	b.WriteString("    ]\n    # For the consumer services: the events user's account, and one account per service with a key of its own.\n    exports: [\n")
+	export := func(subject string, stream bool, accounts ...string) {
+		fmt.Fprintf(&b, "      { service: %q", subject)
+		if stream {
 			b.WriteString(", response_type: stream")
 		}
-		fmt.Fprintf(&b, ", accounts: [%s] }\n", EventsAccount)
+		fmt.Fprintf(&b, ", accounts: [%s] }\n", strings.Join(accounts, ", "))
+	}
+	for _, e := range eventsExports {
+		accounts := []string{EventsAccount}
+		if e.service == "" {
+			for _, name := range services {
+				accounts = append(accounts, ServiceAccount(name))
+			}
+		}
+		export(e.subject, e.stream, accounts...)
+	}
+	for _, name := range services {
+		for _, e := range eventsExports {
+			if e.service != "" {
+				export(serviceSubject(e.subject, e.service, name), e.stream, ServiceAccount(name))
+			}
+		}
 	}
 	fmt.Fprintf(&b, "    ]\n  }\n  %s {\n    users: [\n", EventsAccount)
 	if err := c.user(&b, Events); err != nil {
@@ -327,11 +376,17 @@ func (c Credentials) Config() (string, error) {
 	for _, e := range eventsExports {
 		fmt.Fprintf(&b, "      { service: { account: %s, subject: %q } }\n", Account, e.subject)
 	}
+	b.WriteString("    ]\n  }\n")
+	for _, name := range services {
+		if err := c.serviceAccount(&b, name); err != nil {
+			return "", err
+		}
+	}
 	pub, err := c.PublicKey(System)
 	if err != nil {
 		return "", err
 	}
-	fmt.Fprintf(&b, "    ]\n  }\n  %s {\n    users: [\n      # %s\n      { nkey: %s }\n    ]\n  }\n}\nsystem_account: %s\n", SystemAccount, System, pub, SystemAccount)
+	fmt.Fprintf(&b, "  %s {\n    users: [\n      # %s\n      { nkey: %s }\n    ]\n  }\n}\nsystem_account: %s\n", SystemAccount, System, pub, SystemAccount)
 	return b.String(), nil
 }
 
@@ -365,19 +420,153 @@ func list(subjects []string) string {
 // ErrNoSeed is returned by Check for a directory without a user's seed.
 var ErrNoSeed = errors.New("no seed")
 
-// Check reports whether every user's seed is present and readable by this
-// process only (mode 0600 or stricter).
+// Check reports whether every user's seed is present, and it and every
+// consumer service's seed readable by this process only (mode 0600 or
+// stricter).
 func (c Credentials) Check() error {
 	var errs []error
+	private := func(path string) {
+		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+			errs = append(errs, fmt.Errorf("%s is readable by others (mode %v): chmod 600 it", path, st.Mode().Perm()))
+		}
+	}
 	for _, u := range Users {
-		st, err := os.Stat(c.SeedPath(u))
-		if err != nil {
+		if _, err := os.Stat(c.SeedPath(u)); err != nil {
 			errs = append(errs, fmt.Errorf("%w for %s: %v", ErrNoSeed, u, err))
 			continue
 		}
-		if st.Mode().Perm()&0o077 != 0 {
-			errs = append(errs, fmt.Errorf("%s is readable by others (mode %v): chmod 600 it", c.SeedPath(u), st.Mode().Perm()))
-		}
+		private(c.SeedPath(u))
+	}
+	services, err := c.Services()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, name := range services {
+		private(c.ServiceSeedPath(name))
 	}
 	return errors.Join(errs...)
+}
+
+// ServicesDir is the directory of a credentials directory that holds the
+// seeds of the consumer services with keys of their own, one per service
+// (<name>.nk).
+const ServicesDir = "services"
+
+// ServiceAccount is the account of consumer service name.
+func ServiceAccount(name string) string { return "ORDERLY_SERVICE_" + name }
+
+// ServiceSeedPath is the path of consumer service name's seed.
+func (c Credentials) ServiceSeedPath(name string) string {
+	return filepath.Join(c.Dir, ServicesDir, name+".nk")
+}
+
+// Services lists the consumer services with keys of their own, sorted. A
+// file there whose name is not a consumer's (jsstore.CheckEventsConsumerName)
+// is an error: the configuration would not say what it is.
+func (c Credentials) Services() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(c.Dir, ServicesDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".nk")
+		if !ok || e.IsDir() {
+			if strings.HasPrefix(e.Name(), ".tmp-") {
+				continue // a write that did not finish
+			}
+			return nil, fmt.Errorf("credentials: %s is not a service's seed (<name>.nk)", filepath.Join(c.Dir, ServicesDir, e.Name()))
+		}
+		if err := jsstore.CheckEventsConsumerName(name); err != nil {
+			return nil, fmt.Errorf("credentials: %s: %w", filepath.Join(c.Dir, ServicesDir, e.Name()), err)
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// ErrServiceExists is returned by AddService for a service that has a key.
+var ErrServiceExists = errors.New("the service has a key already")
+
+// ErrNoService is returned by RemoveService for a service without a key.
+var ErrNoService = errors.New("no such service")
+
+// AddService creates consumer service name's seed (mode 0600) and writes the
+// configuration again, with the service's account: it may read ORDER_EVENTS
+// and pull from and ack the durable consumer of the same name, which the
+// operator makes (orderly events consumer add), and nothing else. NATS
+// servers load it on their next start or reload.
+func (c Credentials) AddService(name string) error {
+	if err := jsstore.CheckEventsConsumerName(name); err != nil {
+		return err
+	}
+	path := c.ServiceSeedPath(name)
+	if _, err := os.Stat(path); err == nil {
+		return fmt.Errorf("%s: %w (%s)", name, ErrServiceExists, path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	if err := newSeed(path); err != nil {
+		return err
+	}
+	return c.writeConfig()
+}
+
+// RemoveService deletes consumer service name's seed and writes the
+// configuration again, without its account.
+func (c Credentials) RemoveService(name string) error {
+	if err := jsstore.CheckEventsConsumerName(name); err != nil {
+		return err
+	}
+	if err := os.Remove(c.ServiceSeedPath(name)); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s: %w (no %s)", name, ErrNoService, c.ServiceSeedPath(name))
+	} else if err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	return c.writeConfig()
+}
+
+func (c Credentials) writeConfig() error {
+	conf, err := c.Config()
+	if err != nil {
+		return err
+	}
+	return writeFile(c.ConfigPath(), []byte(conf), 0o644)
+}
+
+// ServicePermissions are what consumer service name's user may publish and
+// subscribe to in its account: the reads of ORDER_EVENTS and its own
+// consumer's subjects, and replies on _INBOX or on the events user's prefix
+// (the account has no other user whose replies it could read).
+func ServicePermissions(name string) Permissions {
+	p := Permissions{Subscribe: []string{"_INBOX.>", InboxPrefix(Events) + ".>"}}
+	for _, e := range eventsExports {
+		if e.granted {
+			p.Publish = append(p.Publish, serviceSubject(e.subject, e.service, name))
+		}
+	}
+	slices.Sort(p.Publish)
+	return p
+}
+
+// serviceAccount writes consumer service name's account: its user and its
+// imports.
+func (c Credentials) serviceAccount(b *strings.Builder, name string) error {
+	pub, err := publicKeyOf(c.ServiceSeedPath(name))
+	if err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	p := ServicePermissions(name)
+	fmt.Fprintf(b, "  %s {\n    users: [\n      # service %s\n      { nkey: %s,\n        permissions: {\n", ServiceAccount(name), name, pub)
+	fmt.Fprintf(b, "          publish: { allow: %s }\n          subscribe: { allow: %s }\n        }\n      }\n    ]\n    imports: [\n", list(p.Publish), list(p.Subscribe))
+	for _, e := range eventsExports {
+		fmt.Fprintf(b, "      { service: { account: %s, subject: %q } }\n", Account, serviceSubject(e.subject, e.service, name))
+	}
+	b.WriteString("    ]\n  }\n")
+	return nil
 }
