@@ -369,7 +369,17 @@ func (c Credentials) Config() (string, error) {
 		}
 	}
 	fmt.Fprintf(&b, "    ]\n  }\n  %s {\n    users: [\n", EventsAccount)
-	if err := c.user(&b, Events); err != nil {
+	// The shared events user may not use the consumers of the services
+	// with keys of their own (a reply it names stays in its account).
+	var theirs []string
+	for _, name := range services {
+		for _, e := range eventsExports {
+			if e.service != "" {
+				theirs = append(theirs, serviceSubject(e.subject, e.service, name))
+			}
+		}
+	}
+	if err := c.user(&b, Events, theirs...); err != nil {
 		return "", err
 	}
 	b.WriteString("    ]\n    imports: [\n")
@@ -391,12 +401,13 @@ func (c Credentials) Config() (string, error) {
 }
 
 // user writes u's entry of an account's users.
-func (c Credentials) user(b *strings.Builder, u string) error {
+func (c Credentials) user(b *strings.Builder, u string, denyMore ...string) error {
 	pub, err := c.PublicKey(u)
 	if err != nil {
 		return err
 	}
 	p, _ := Of(u)
+	p.DenyPublish = append(p.DenyPublish, denyMore...)
 	fmt.Fprintf(b, "      # %s\n      { nkey: %s", u, pub)
 	if u != Operator {
 		fmt.Fprintf(b, ",\n        permissions: {\n          publish: { allow: %s", list(p.Publish))

@@ -507,7 +507,8 @@ func TestEventsUserCannotReachTheProjectorThroughReplies(t *testing.T) {
 // and reaches nothing of another's: not by its subjects (no responder in its
 // account), and not by the reply of its own pull (its account imports no other
 // consumer's subjects). The events user, shared by the services without a
-// key, keeps what it had.
+// key, keeps what it had for their consumers and reaches none of the others'
+// (denied their subjects; a reply it names stays in its account).
 func TestServiceKeysKeepServicesApart(t *testing.T) {
 	t.Parallel()
 	creds := orderlytest.NewCredentials(t)
@@ -585,14 +586,24 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 	if got != 1 {
 		t.Fatalf("billing fetched %d events, want 1: %v", got, batch.Error())
 	}
-	short, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if _, err := billing.Consumer(short, events.EventStream, "shipping"); err == nil {
-		t.Fatal("billing bound to shipping's consumer")
+	// Its user may not publish either (the request waits out its context),
+	// and its account imports neither (nothing would answer).
+	refused := func(what string, call func(context.Context) error) {
+		t.Helper()
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := call(c); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("%s: %v, want it refused", what, err)
+		}
 	}
-	if _, err := billing.CreateConsumer(short, events.EventStream, jetstream.ConsumerConfig{Durable: "mine"}); err == nil {
-		t.Fatal("billing created a consumer")
-	}
+	refused("billing's bind to shipping's consumer", func(c context.Context) error {
+		_, err := billing.Consumer(c, events.EventStream, "shipping")
+		return err
+	})
+	refused("billing's consumer create", func(c context.Context) error {
+		_, err := billing.CreateConsumer(c, events.EventStream, jetstream.ConsumerConfig{Durable: "mine"})
+		return err
+	})
 
 	// shipping holds one delivery; billing names its pull subject and that
 	// delivery's ack subject as the replies of pulls from its own consumer.
@@ -633,10 +644,40 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 			info.Delivered.Consumer, info.NumAckPending, info.AckFloor.Consumer)
 	}
 
-	// The events user keeps what it had: it binds to any operator-made consumer.
+	// The shared events user binds to a consumer of a service without a key
+	// of its own, and may not use those of the services with one: not by
+	// their subjects, and not by the replies of its own pulls.
+	legacy, err := jsstore.EventsConsumerConfig("legacy", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := operator.js.CreateConsumer(ctx, events.EventStream, legacy); err != nil {
+		t.Fatal(err)
+	}
 	ev := connect(t, url, creds, natsauth.Events)
-	if _, err := ev.js.Consumer(ctx, events.EventStream, "shipping"); err != nil {
-		t.Fatalf("the events user binds to shipping: %v", err)
+	if _, err := ev.js.Consumer(ctx, events.EventStream, "legacy"); err != nil {
+		t.Fatalf("the events user binds to legacy: %v", err)
+	}
+	refused("the events user's bind to shipping, which has a key of its own", func(c context.Context) error {
+		_, err := ev.js.Consumer(c, events.EventStream, "shipping")
+		return err
+	})
+	for _, reply := range []string{"$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".shipping", ackSubject} {
+		if err := ev.nc.PublishMsg(&nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".legacy", Reply: reply, Data: []byte(`{"batch":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = ev.nc.Publish(ackSubject, nil)
+	_ = ev.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+events.EventStream+".shipping", ev.nc.NewRespInbox(), []byte(`{"batch":1}`))
+	if err := ev.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if info, err := theirs.Info(ctx); err != nil {
+		t.Fatal(err)
+	} else if info.Delivered.Consumer != 1 || info.NumAckPending != 1 || info.AckFloor.Consumer != 0 {
+		t.Fatalf("shipping's consumer after the events user: %d delivered, %d unacked, ack floor %d; want 1, 1, 0",
+			info.Delivered.Consumer, info.NumAckPending, info.AckFloor.Consumer)
 	}
 
 	// Removed, the service's account is gone from the configuration.
