@@ -484,11 +484,11 @@ func (c Credentials) Services() ([]string, error) {
 	}
 	var names []string
 	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue // hidden: a write that did not finish (.tmp-*), or a file manager's
+		}
 		name, ok := strings.CutSuffix(e.Name(), ".nk")
 		if !ok || e.IsDir() {
-			if strings.HasPrefix(e.Name(), ".tmp-") {
-				continue // a write that did not finish
-			}
 			return nil, fmt.Errorf("credentials: %s is not a service's seed (<name>.nk)", filepath.Join(c.Dir, ServicesDir, e.Name()))
 		}
 		if err := jsstore.CheckEventsConsumerName(name); err != nil {

@@ -528,6 +528,23 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 	if err := creds.Check(); err != nil {
 		t.Fatal(err)
 	}
+	// A hidden file there is left alone; anything else is not a service's.
+	if err := os.WriteFile(filepath.Join(creds.Dir, natsauth.ServicesDir, ".DS_Store"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := creds.Services(); err != nil || strings.Join(names, ",") != "billing,shipping" {
+		t.Fatalf("services: %v %v", names, err)
+	}
+	stray := filepath.Join(creds.Dir, natsauth.ServicesDir, "notes.txt")
+	if err := os.WriteFile(stray, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := creds.Config(); err == nil || !strings.Contains(err.Error(), "notes.txt is not a service's seed") {
+		t.Fatalf("the configuration with %s: %v, want it named", stray, err)
+	}
+	if err := os.Remove(stray); err != nil {
+		t.Fatal(err)
+	}
 	url := startNATS(t, creds)
 	ctx := context.Background()
 	operator := connect(t, url, creds, natsauth.Operator)
