@@ -512,7 +512,7 @@ func TestEventsUserCannotReachTheProjectorThroughReplies(t *testing.T) {
 func TestServiceKeysKeepServicesApart(t *testing.T) {
 	t.Parallel()
 	creds := orderlytest.NewCredentials(t)
-	for _, name := range []string{"billing", "shipping"} {
+	for _, name := range []string{"billing", "ship-eu_1"} {
 		if err := creds.AddService(name); err != nil {
 			t.Fatal(err)
 		}
@@ -532,7 +532,7 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(creds.Dir, natsauth.ServicesDir, ".DS_Store"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if names, err := creds.Services(); err != nil || strings.Join(names, ",") != "billing,shipping" {
+	if names, err := creds.Services(); err != nil || strings.Join(names, ",") != "billing,ship-eu_1" {
 		t.Fatalf("services: %v %v", names, err)
 	}
 	stray := filepath.Join(creds.Dir, natsauth.ServicesDir, "notes.txt")
@@ -548,7 +548,7 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 	url := startNATS(t, creds)
 	ctx := context.Background()
 	operator := connect(t, url, creds, natsauth.Operator)
-	for _, name := range []string{"billing", "shipping"} {
+	for _, name := range []string{"billing", "ship-eu_1"} {
 		cfg, err := jsstore.EventsConsumerConfig(name, "", false)
 		if err != nil {
 			t.Fatal(err)
@@ -613,8 +613,8 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 			t.Fatalf("%s: %v, want it refused", what, err)
 		}
 	}
-	refused("billing's bind to shipping's consumer", func(c context.Context) error {
-		_, err := billing.Consumer(c, events.EventStream, "shipping")
+	refused("billing's bind to ship-eu_1's consumer", func(c context.Context) error {
+		_, err := billing.Consumer(c, events.EventStream, "ship-eu_1")
 		return err
 	})
 	refused("billing's consumer create", func(c context.Context) error {
@@ -622,10 +622,10 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 		return err
 	})
 
-	// shipping holds one delivery; billing names its pull subject and that
+	// ship-eu_1 holds one delivery; billing names its pull subject and that
 	// delivery's ack subject as the replies of pulls from its own consumer.
-	_, shipping := service("shipping")
-	theirs, err := shipping.Consumer(ctx, events.EventStream, "shipping")
+	_, shipping := service("ship-eu_1")
+	theirs, err := shipping.Consumer(ctx, events.EventStream, "ship-eu_1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,16 +638,16 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 		ackSubject = m.Reply()
 	}
 	if ackSubject == "" {
-		t.Fatalf("shipping got no delivery: %v", held.Error())
+		t.Fatalf("ship-eu_1 got no delivery: %v", held.Error())
 	}
-	for _, reply := range []string{"$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".shipping", ackSubject} {
+	for _, reply := range []string{"$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".ship-eu_1", ackSubject} {
 		if err := nc.PublishMsg(&nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".billing", Reply: reply, Data: []byte(`{"batch":1}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// and the plain subjects of shipping's consumer
+	// and the plain subjects of ship-eu_1's consumer
 	_ = nc.Publish(ackSubject, nil)
-	_ = nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+events.EventStream+".shipping", nc.NewRespInbox(), []byte(`{"batch":1}`))
+	_ = nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+events.EventStream+".ship-eu_1", nc.NewRespInbox(), []byte(`{"batch":1}`))
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -657,7 +657,7 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if info.Delivered.Consumer != 1 || info.NumAckPending != 1 || info.AckFloor.Consumer != 0 {
-		t.Fatalf("shipping's consumer: %d delivered, %d unacked, ack floor %d; want 1, 1, 0 (its own fetch, held)",
+		t.Fatalf("ship-eu_1's consumer: %d delivered, %d unacked, ack floor %d; want 1, 1, 0 (its own fetch, held)",
 			info.Delivered.Consumer, info.NumAckPending, info.AckFloor.Consumer)
 	}
 
@@ -675,17 +675,17 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 	if _, err := ev.js.Consumer(ctx, events.EventStream, "legacy"); err != nil {
 		t.Fatalf("the events user binds to legacy: %v", err)
 	}
-	refused("the events user's bind to shipping, which has a key of its own", func(c context.Context) error {
-		_, err := ev.js.Consumer(c, events.EventStream, "shipping")
+	refused("the events user's bind to ship-eu_1, which has a key of its own", func(c context.Context) error {
+		_, err := ev.js.Consumer(c, events.EventStream, "ship-eu_1")
 		return err
 	})
-	for _, reply := range []string{"$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".shipping", ackSubject} {
+	for _, reply := range []string{"$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".ship-eu_1", ackSubject} {
 		if err := ev.nc.PublishMsg(&nats.Msg{Subject: "$JS.API.CONSUMER.MSG.NEXT." + events.EventStream + ".legacy", Reply: reply, Data: []byte(`{"batch":1}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	_ = ev.nc.Publish(ackSubject, nil)
-	_ = ev.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+events.EventStream+".shipping", ev.nc.NewRespInbox(), []byte(`{"batch":1}`))
+	_ = ev.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+events.EventStream+".ship-eu_1", ev.nc.NewRespInbox(), []byte(`{"batch":1}`))
 	if err := ev.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -693,23 +693,23 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 	if info, err := theirs.Info(ctx); err != nil {
 		t.Fatal(err)
 	} else if info.Delivered.Consumer != 1 || info.NumAckPending != 1 || info.AckFloor.Consumer != 0 {
-		t.Fatalf("shipping's consumer after the events user: %d delivered, %d unacked, ack floor %d; want 1, 1, 0",
+		t.Fatalf("ship-eu_1's consumer after the events user: %d delivered, %d unacked, ack floor %d; want 1, 1, 0",
 			info.Delivered.Consumer, info.NumAckPending, info.AckFloor.Consumer)
 	}
 
 	// Removed, the service's account is gone from the configuration.
-	if err := creds.RemoveService("shipping"); err != nil {
+	if err := creds.RemoveService("ship-eu_1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := creds.RemoveService("shipping"); !errors.Is(err, natsauth.ErrNoService) {
-		t.Fatalf("shipping again: %v, want ErrNoService", err)
+	if err := creds.RemoveService("ship-eu_1"); !errors.Is(err, natsauth.ErrNoService) {
+		t.Fatalf("ship-eu_1 again: %v, want ErrNoService", err)
 	}
 	conf, err := creds.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(conf, natsauth.ServiceAccount("shipping")) || !strings.Contains(conf, natsauth.ServiceAccount("billing")) {
-		t.Fatalf("the configuration after removing shipping:\n%s", conf)
+	if strings.Contains(conf, natsauth.ServiceAccount("ship-eu_1")) || !strings.Contains(conf, natsauth.ServiceAccount("billing")) {
+		t.Fatalf("the configuration after removing ship-eu_1:\n%s", conf)
 	}
 }
 
