@@ -46,7 +46,7 @@ type CLI struct {
 	Processor   ProcessorCmd   `cmd:"" help:"Run only the processor (CreateOrder -> events) against a NATS cluster (--nats-url)."`
 	Projector   ProjectorCmd   `cmd:"" help:"Run only the projector against a NATS cluster (--nats-url): optional; it writes each key's response again from the events (needs orderly setup --projector)."`
 	Setup       SetupCmd       `cmd:"" help:"Create (or, with --update-topology, update) the streams, the bucket and the consumers on a NATS cluster, with the operator's credentials. The roles only wait for them."`
-	Credentials CredentialsCmd `cmd:"" help:"Create the NATS users' credentials and the nats-server configuration that declares them."`
+	Credentials CredentialsCmd `cmd:"" help:"Create the NATS users' credentials and the nats-server configuration that declares them (init), and give a consumer service a key of its own (service add, remove, list)."`
 	Events      EventsCmd      `cmd:"" help:"Read the order events (tail), and make the durable consumers of the services that consume them (consumer add, list, remove)."`
 	Projections ProjectionsCmd `cmd:"" help:"Operate the read models: rebuild."`
 	Status      StatusCmd      `cmd:"" help:"Show orderly's streams on NATS: messages, bytes, replicas, the leader and the replicas that are not current, and the backlog of the processors' and projectors' consumers."`
