@@ -29,20 +29,17 @@ func TestFeedWhoseConsumerCannotBeMade(t *testing.T) {
 	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	connect := func(url string) jetstream.JetStream {
-		nc, err := jsstore.Connect(ctx, jsstore.ConnectConfig{URL: url, Name: "feed",
-			Credentials: jsstore.Credentials{NkeyFile: cluster.Creds.SeedPath(natsauth.Operator)}}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
+	// Connect (not Dial): it reconnects the way orderly's processes do.
+	nc, err := jsstore.Connect(ctx, jsstore.ConnectConfig{URL: cluster.URLs(), Name: "feed",
+		Credentials: jsstore.Credentials{NkeyFile: cluster.Creds.SeedPath(natsauth.Operator)}}, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	js := connect(cluster.URLs())
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e, err := jsstore.OpenEvents(ctx, js, js)
 	if err != nil {
 		t.Fatal(err)

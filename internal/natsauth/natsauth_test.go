@@ -563,20 +563,12 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 		}
 	}
 	service := func(name string) (*nats.Conn, jetstream.JetStream) {
-		key, err := nats.NkeyOptionFromSeed(creds.ServiceSeedPath(name))
+		js, err := jsstore.DialJetStream(url, jsstore.Credentials{NkeyFile: creds.ServiceSeedPath(name)}, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		nc, err := nats.Connect(url, key, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js
+		t.Cleanup(js.Conn().Close)
+		return js.Conn(), js
 	}
 	nc, billing := service("billing")
 	if _, err := billing.Stream(ctx, events.EventStream); err != nil {
