@@ -493,17 +493,18 @@ func batchSettlesEachDelivery(t *testing.T, js jetstream.JetStream) (together bo
 	var mu sync.Mutex
 	var attempts [][]string
 	faults := map[string]int{}
+	cut := map[string][]int{} // payload -> the deliveries given no outcome
 	handleBatch := func(_ context.Context, ds []*pipeline.Delivery) []error {
 		mu.Lock()
 		defer mu.Unlock()
 		var attempt []string
 		for _, d := range ds {
 			attempt = append(attempt, string(d.Data))
+			c.add(d)
 		}
 		attempts = append(attempts, attempt)
 		errs := make([]error, 0, len(ds))
-		for _, d := range ds {
-			c.add(d)
+		for i, d := range ds {
 			p := string(d.Data)
 			switch {
 			case strings.HasPrefix(p, "perm"):
@@ -514,6 +515,9 @@ func batchSettlesEachDelivery(t *testing.T, js jetstream.JetStream) (together bo
 				faults[p]++
 				errs = append(errs, errUnavailable)
 			case strings.HasPrefix(p, "short") && d.Delivered == 1:
+				for _, d := range ds[i:] {
+					cut[string(d.Data)] = append(cut[string(d.Data)], d.Delivered)
+				}
 				return errs // no outcome for it, nor for what follows it
 			default:
 				errs = append(errs, nil)
@@ -531,16 +535,21 @@ func batchSettlesEachDelivery(t *testing.T, js jetstream.JetStream) (together bo
 	if got := c.get("perm1"); len(got) != 1 {
 		t.Errorf("perm1 handled %v, want once and given up", got)
 	}
-	if got := c.get("fail1"); len(got) != 2 || got[1] != 2 {
-		t.Errorf("fail1: deliveries %v, want a redelivery", got)
+	mu.Lock()
+	cutFail, cutShort := cut["fail1"], cut["short1"]
+	mu.Unlock()
+	// fail1's second delivery can follow short1's first in one attempt and
+	// get no outcome either (CI saw it once): a third one then settles it.
+	if got := c.get("fail1"); !settledInTheEnd(got, append([]int{1}, cutFail...)) {
+		t.Errorf("fail1: deliveries %v (%v given no outcome), want a redelivery after the failure", got, cutFail)
 	}
 	for _, p := range []string{"fault1", "fault2"} {
 		if got := c.get(p); len(got) != 3 || got[2] != 1 {
 			t.Errorf("%s: deliveries %v, want three attempts of the first delivery", p, got)
 		}
 	}
-	if got := c.get("short1"); len(got) != 2 || got[1] != 2 {
-		t.Errorf("short1: deliveries %v, want a redelivery after no outcome", got)
+	if got := c.get("short1"); !settledInTheEnd(got, cutShort) || len(got) != 2 {
+		t.Errorf("short1: deliveries %v (%v given no outcome), want a redelivery after no outcome", got, cutShort)
 	}
 	if dl := deadLetters(t, js); len(dl) != 1 || string(dl[0].Data) != "perm1" {
 		t.Errorf("dead letters %d, want perm1 only", len(dl))
@@ -562,6 +571,20 @@ func batchSettlesEachDelivery(t *testing.T, js jetstream.JetStream) (together bo
 		t.Logf("attempts %v: the messages were never handled together", attempts)
 	}
 	return together
+}
+
+// settledInTheEnd: the deliveries got are 1, 2, ... n with n > 1, each but
+// the last one unsettled (failed or given no outcome), the last one settled.
+func settledInTheEnd(got, unsettled []int) bool {
+	if len(got) < 2 {
+		return false
+	}
+	for i, n := range got {
+		if n != i+1 || slices.Contains(unsettled, n) != (i < len(got)-1) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestBatchPanicCostsTheOthersNothing: when a batch's attempt panics, none
