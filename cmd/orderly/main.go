@@ -82,6 +82,12 @@ func main() {
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal asks for a graceful end; a second one ends the
+	// process at once, the way signals do without a handler, for when the
+	// graceful end waits on something that will not come (a slow client's
+	// body, a NATS cluster without a leader). Everything acknowledged is
+	// already stored: a kill loses nothing that kill -9 would not.
+	context.AfterFunc(ctx, stop)
 	ctx, denied := context.WithCancelCause(ctx)
 	defer denied(nil)
 	toolConns.Lock()

@@ -166,6 +166,71 @@ func TestAPIOnEveryInterfaceNeedsTokens(t *testing.T) {
 	}
 }
 
+// TestSecondSignalStopsAtOnce: a graceful end waits for a request whose body
+// is still coming (up to the body timeout, two minutes here); a second
+// SIGTERM ends the process at once, as a signal without a handler does, and
+// the data directory serves again afterwards.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	args, url := serveArgs(t, dir)
+	out := &orderlytest.Buffer{}
+	p := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--http-body-timeout", "2m"), URL: url, Output: out}
+	p.Start()
+	t.Cleanup(p.Kill9)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The server answers 100 Continue once the handler reads the body.
+	fmt.Fprint(conn, "POST /v1/orders HTTP/1.1\r\nHost: orderly\r\nContent-Type: application/json\r\nIdempotency-Key: slow\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || !strings.Contains(line, "100 Continue") {
+		t.Fatalf("the slow request: %q, %v; want 100 Continue", line, err)
+	}
+	fmt.Fprint(conn, "{")
+
+	exited := make(chan error, 1)
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() { exited <- p.Cmd.Wait() }()
+	orderlytest.Eventually(t, 10*time.Second, "serve to log its shutdown", func() bool { return strings.Contains(out.String(), "shutting down") })
+	select {
+	case err := <-exited:
+		t.Fatalf("serve ended at the first signal (%v) while a request was being sent: the test holds nothing up\n%s", err, out)
+	case <-time.After(time.Second):
+	}
+	began := time.Now()
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+			t.Errorf("serve ended with %v at the second signal, want killed by SIGTERM", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("serve still runs 5 s after a second SIGTERM\n%s", out)
+	}
+	t.Logf("serve ended %s after the second signal", time.Since(began).Round(time.Millisecond))
+	if !strings.Contains(out.String(), "a second SIGINT or SIGTERM stops the process at once") {
+		t.Errorf("the shutdown's log line does not say that a second signal stops at once:\n%s", out)
+	}
+
+	again := &orderlytest.Process{T: t, Bin: bin, Args: args, URL: url}
+	again.Start() // fails the test unless it gets ready
+	defer again.Kill9()
+	r := orderlytest.Do(t, http.MethodPost, url+"/v1/orders", orderlytest.Order("c-1"), "Content-Type: application/json", "Idempotency-Key: after")
+	if r.Status != http.StatusCreated {
+		t.Fatalf("an order after the kill: %d %s", r.Status, r.Body)
+	}
+}
+
 // TestSlowClientsCannotTakeTheStoresFiles: orderly serve under a limit of
 // 256 open files, and 400 connections that trickle a body (more than the
 // limit). The connection cap keeps the store's files free and the body

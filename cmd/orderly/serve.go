@@ -310,7 +310,7 @@ wait:
 	for {
 		select {
 		case <-g.ctx.Done():
-			g.logger.Info("shutting down")
+			g.logger.Info("shutting down; a second SIGINT or SIGTERM stops the process at once")
 			break wait
 		case failure = <-s.Failed():
 			g.logger.Error("a component stopped; shutting down", "err", failure)
