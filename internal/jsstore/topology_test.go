@@ -13,7 +13,6 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
-	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
@@ -178,15 +177,7 @@ func TestEnsureNeverChangesReplicasSilently(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cluster := orderlytest.Cluster(t, 3)
-	nc, err := jsstore.Dial(cluster.URLs(), jsstore.Credentials{NkeyFile: cluster.Creds.SeedPath(natsauth.Operator)}, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := cluster.Operator("test")
 	r3 := jsstore.DefaultTopology()
 	r3.Replicas = 3
 	// Three processes at once against the fresh cluster: all succeed.

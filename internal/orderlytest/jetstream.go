@@ -186,6 +186,22 @@ func (c *TestCluster) Restart(i int) {
 	c.mu.Unlock()
 }
 
+// Operator is a tool's connection (jsstore.Dial) to every node as the
+// operator, closed when the test ends.
+func (c *TestCluster) Operator(name string) jetstream.JetStream {
+	c.tb.Helper()
+	nc, err := jsstore.Dial(c.URLs(), jsstore.Credentials{NkeyFile: c.Creds.SeedPath(natsauth.Operator)}, name)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	c.tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return js
+}
+
 // Index is the node index of a server name, -1 for none.
 func (c *TestCluster) Index(serverName string) int {
 	for i := range c.cfgs {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,7 +43,9 @@ type Options struct {
 // Tail prints the matching events to w. Without Follow it returns once the
 // events stored when it started are printed, also while new ones keep
 // coming. It reads through an ordered consumer (ephemeral, no acks), so it
-// never disturbs other consumers, and deletes it when it returns.
+// never disturbs other consumers, and deletes it when it returns. Once ctx
+// ends it returns within a moment, also while NATS cannot make the
+// consumer again (a cluster without a leader).
 func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer) (int, error) {
 	if opts.Last < 0 {
 		return 0, fmt.Errorf("events: the number of last events must not be negative, got %d", opts.Last)
@@ -56,6 +59,64 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 	if opts.NewOnly && !opts.Follow {
 		return 0, nil
 	}
+	out := &gate{w: w}
+	done := make(chan error, 1)
+	go func() { done <- read(ctx, js, opts, out) }()
+	select {
+	case err := <-done:
+		return out.close(), err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-done:
+		return out.close(), err
+	case <-time.After(stopGrace):
+		// nats.go makes a lost consumer again under a lock that stopping
+		// the iterator waits for, pausing up to 10 s between attempts
+		// (docs/nats-facts.md, fact 17): the reader is left to end on its
+		// own, and prints nothing more.
+		return out.close(), ctx.Err()
+	}
+}
+
+// stopGrace is how long Tail waits, once its context ends, for the reader to
+// stop and delete its consumer: enough for a cluster that answers.
+const stopGrace = 500 * time.Millisecond
+
+// gate passes what the reader prints to w until Tail returns.
+type gate struct {
+	mu     sync.Mutex
+	w      io.Writer
+	n      int
+	closed bool
+}
+
+// errReturned ends a reader that Tail left.
+var errReturned = errors.New("events: tail returned")
+
+func (g *gate) print(data []byte, asJSON bool) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return errReturned
+	}
+	if err := print(g.w, data, asJSON); err != nil {
+		return err
+	}
+	g.n++
+	return nil
+}
+
+// close stops the printing and returns how many events were printed.
+func (g *gate) close() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	return g.n
+}
+
+// read prints the matching events to out: Tail's work.
+func read(ctx context.Context, js jetstream.JetStream, opts Options, out *gate) error {
 	filter := events.EventSubjects
 	if opts.Kind != "" {
 		filter = events.KindSubjects(opts.Kind)
@@ -71,7 +132,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 	if opts.Last > 0 {
 		start, err := startOfLast(ctx, js, filter, uint64(opts.Last))
 		if err != nil {
-			return 0, fmt.Errorf("events: %w", err)
+			return fmt.Errorf("events: %w", err)
 		}
 		if start > 0 {
 			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
@@ -79,7 +140,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 	}
 	cons, err := js.OrderedConsumer(ctx, events.EventStream, cfg)
 	if err != nil {
-		return 0, fmt.Errorf("events: %w", err)
+		return fmt.Errorf("events: %w", err)
 	}
 	defer func() {
 		// An ordered consumer outlives its reader for minutes on the server
@@ -92,7 +153,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 	}()
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("events: %w", err)
+		return fmt.Errorf("events: %w", err)
 	}
 	// The consumer counted the matching events stored when it was created:
 	// the first skip of them are before the last Last, and without Follow
@@ -102,17 +163,16 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 		skip = stored - uint64(opts.Last)
 	}
 	if stored == 0 && !opts.Follow {
-		return 0, nil
+		return nil
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer it.Stop()
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
-	n := 0
-	var read uint64 // messages received
+	var received uint64
 	for {
 		var m jetstream.Msg
 		if opts.Follow {
@@ -122,29 +182,28 @@ func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer
 			// come: stop once the server has nothing left to deliver.
 			var ok bool
 			if m, ok, err = jsstore.NextPending(ctx, cons, it); err == nil && !ok {
-				return n, nil
+				return nil
 			}
 		}
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-			return n, ctx.Err()
+			return ctx.Err()
 		}
 		if err != nil {
-			return n, err
+			return err
 		}
-		read++
-		if read > skip {
-			if err := print(w, m.Data(), opts.JSON); err != nil {
-				return n, err
+		received++
+		if received > skip {
+			if err := out.print(m.Data(), opts.JSON); err != nil {
+				return err
 			}
-			n++
 		}
 		if opts.Follow {
 			continue
 		}
 		// Events that expire while Tail reads are never delivered: no more
 		// pending ends it too.
-		if md, err := m.Metadata(); read >= stored || (err == nil && md.NumPending == 0) {
-			return n, nil
+		if md, err := m.Metadata(); received >= stored || (err == nil && md.NumPending == 0) {
+			return nil
 		}
 	}
 }

@@ -378,3 +378,49 @@ func TestTailAsTheEventsUserIsRefused(t *testing.T) {
 		t.Fatalf("tail as the events user: %v, want the refused consumer creation named", err)
 	}
 }
+
+// TestFollowEndsAtOnceInAnOutage: events tail --follow with its consumer's
+// node and one more of three down, so that no meta leader can make the
+// consumer again, ends within a moment of its interrupt. nats.go's ordered
+// consumer makes it again under a lock that stopping the iterator waits
+// for, pausing up to 10 s between attempts (docs/nats-facts.md, fact 17).
+func TestFollowEndsAtOnceInAnOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops two nodes of a cluster; run without -short")
+	}
+	t.Parallel()
+	cluster := orderlytest.Cluster(t, 3)
+	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
+	js := cluster.Operator("tail")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out orderlytest.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := tail.Tail(ctx, js, tail.Options{Follow: true}, &out)
+		done <- err
+	}()
+	host := cluster.Index(orderlytest.FeedNode(t, js, events.EventStream))
+	cluster.Stop((host + 2) % 3)
+	cluster.Stop(host)
+	// nats.go notices at once that the connection moved, and is then
+	// between attempts whose pauses grow to 10 s.
+	time.Sleep(5 * time.Second)
+	began := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		took := time.Since(began)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("tail ended with %v, want context.Canceled", err)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("tail ended %s after its context, want within 2 s", took.Round(time.Millisecond))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("tail still runs 30 s after its context ended")
+	}
+	if out.String() != "" {
+		t.Errorf("tail printed %q from an empty stream", out.String())
+	}
+}
