@@ -73,6 +73,7 @@ func handler(t *testing.T, cfg api.Config, svc api.Service) http.Handler {
 
 func do(h http.Handler, method, path, body string, header ...string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.RemoteAddr = "127.0.0.1:40000" // a client on the host, as on orderly's default address
 	for _, l := range header {
 		k, v, _ := strings.Cut(l, ":")
 		r.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))

@@ -309,7 +309,8 @@ func TestSlowClientsCannotTakeTheStoresFiles(t *testing.T) {
 
 // TestSecretsAreNeverPrinted: a password or token in a NATS URL is redacted
 // in every log line and error, and bearer tokens never appear in the output,
-// not even at debug level.
+// not even at debug level. /metrics asks for the token of
+// --metrics-token-file, not an API token.
 func TestSecretsAreNeverPrinted(t *testing.T) {
 	t.Parallel()
 	bin := orderlytest.BuildOrderly(t)
@@ -336,9 +337,13 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("tenant-a s3cret-bearer-token-a\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	metricsToken := filepath.Join(t.TempDir(), "metrics-token")
+	if err := os.WriteFile(metricsToken, []byte("s3cret-metrics-token-0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	args, url := serveArgs(t, filepath.Join(t.TempDir(), "data"))
 	out := &orderlytest.Buffer{}
-	p := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--tokens-file", tokens, "--log-level", "debug"), URL: url, Output: out}
+	p := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--tokens-file", tokens, "--metrics-token-file", metricsToken, "--log-level", "debug"), URL: url, Output: out}
 	p.Start()
 	t.Cleanup(p.Kill9)
 	for _, token := range []string{"s3cret-bearer-token-a", "s3cret-bearer-wrong"} {
@@ -346,6 +351,13 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 			"Idempotency-Key: k", "Authorization: Bearer "+token)
 		if bytes.Contains(r.Body, []byte("s3cret")) {
 			t.Errorf("a response echoes the token: %s", r.Body)
+		}
+	}
+	// /metrics asks for its own token, also on loopback; an API token is not it.
+	for token, want := range map[string]int{"": 401, "s3cret-bearer-token-a": 401, "s3cret-metrics-token-0123": 200} {
+		r := orderlytest.Do(t, http.MethodGet, url+"/metrics", nil, "Authorization: Bearer "+token)
+		if r.Status != want || (want == 200) != bytes.Contains(r.Body, []byte("orderly_http_requests_total")) || bytes.Contains(r.Body, []byte("s3cret")) {
+			t.Errorf("/metrics with %q: %d %.200s, want %d", token, r.Status, r.Body, want)
 		}
 	}
 	_ = p.Cmd.Process.Signal(os.Interrupt)

@@ -66,12 +66,13 @@ func (t TopologyFlags) topology() jsstore.Topology {
 // listener (the API, or a processor's or projector's /healthz, /readyz and
 // /metrics), its writes and its runtime.
 type RunFlags struct {
-	HTTPAddr     string  `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address (the API, or a processor's or projector's /healthz, /readyz and /metrics)."`
-	BatchWrites  string  `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" enum:"auto,on,off" default:"auto" help:"Group concurrent writes to each stream into atomic batches, one commit and one disk sync per batch (group commit): on, off, or auto: on with serve --fsync always, where it raised the sync rate by 30-80% (docs/adr/0009), off otherwise (against --nats-url, set it on when the servers sync every write)."`
-	MemoryLimit  string  `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" default:"auto" help:"Soft limit of the Go runtime's memory, such as 400MiB: the garbage collector works harder to stay under it (docs/operations.md). auto: 90% of the container's (cgroup) memory limit when there is one and GOMEMLIMIT is not set, else none; off: none. With serve --nats-process child the two processes share the limit: orderly's takes a quarter, its NATS server's three quarters."`
-	PprofAddr    string  `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof, no authentication) on this loopback address, such as 127.0.0.1:6060 (others are refused); empty: off."`
-	OTLPEndpoint string  `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
-	TraceRatio   float64 `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
+	HTTPAddr         string  `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address (the API, or a processor's or projector's /healthz, /readyz and /metrics)."`
+	BatchWrites      string  `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" enum:"auto,on,off" default:"auto" help:"Group concurrent writes to each stream into atomic batches, one commit and one disk sync per batch (group commit): on, off, or auto: on with serve --fsync always, where it raised the sync rate by 30-80% (docs/adr/0009), off otherwise (against --nats-url, set it on when the servers sync every write)."`
+	MemoryLimit      string  `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" default:"auto" help:"Soft limit of the Go runtime's memory, such as 400MiB: the garbage collector works harder to stay under it (docs/operations.md). auto: 90% of the container's (cgroup) memory limit when there is one and GOMEMLIMIT is not set, else none; off: none. With serve --nats-process child the two processes share the limit: orderly's takes a quarter, its NATS server's three quarters."`
+	MetricsTokenFile string  `name:"metrics-token-file" env:"ORDERLY_METRICS_TOKEN_FILE" type:"path" help:"File holding one random token (at least 16 characters) that GET /metrics then asks every client for, as Authorization: Bearer <token> (Prometheus: authorization.credentials_file). Without it /metrics answers clients on this host (loopback) only: its counts tell whoever reaches the port how much business goes through it. Read at start."`
+	PprofAddr        string  `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof, no authentication) on this loopback address, such as 127.0.0.1:6060 (others are refused); empty: off."`
+	OTLPEndpoint     string  `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
+	TraceRatio       float64 `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
 }
 
 // APIFlags are the HTTP API's settings.
@@ -141,7 +142,10 @@ func (c *ServeCmd) config() (server.Config, error) {
 			roles.Projector = true
 		}
 	}
-	cfg := c.RunFlags.config(roles)
+	cfg, err := c.RunFlags.config(roles)
+	if err != nil {
+		return cfg, err
+	}
 	if err := c.APIFlags.apply(&cfg); err != nil {
 		return cfg, err
 	}
@@ -153,7 +157,6 @@ func (c *ServeCmd) config() (server.Config, error) {
 	cfg.NATSListen = c.NATSListen
 	cfg.NATSProcess = c.NATSProcess
 	cfg.NATSPprofAddr = c.NATSPprofAddr
-	var err error
 	if cfg.Fsync, err = natsserver.ParseFsync(c.Fsync); err != nil {
 		return cfg, err
 	}
@@ -179,7 +182,10 @@ type APICmd struct {
 
 // Run runs the API.
 func (c *APICmd) Run(g *globals) error {
-	cfg := c.RunFlags.config(server.Roles{API: true})
+	cfg, err := c.RunFlags.config(server.Roles{API: true})
+	if err != nil {
+		return err
+	}
 	if err := c.APIFlags.apply(&cfg); err != nil {
 		return err
 	}
@@ -195,7 +201,10 @@ type ProcessorCmd struct {
 
 // Run runs the processor.
 func (c *ProcessorCmd) Run(g *globals) error {
-	cfg := c.RunFlags.config(server.Roles{Processor: true})
+	cfg, err := c.RunFlags.config(server.Roles{Processor: true})
+	if err != nil {
+		return err
+	}
 	c.ProcessorFlags.apply(&cfg)
 	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, "")
 }
@@ -209,7 +218,10 @@ type ProjectorCmd struct {
 
 // Run runs the projector.
 func (c *ProjectorCmd) Run(g *globals) error {
-	cfg := c.RunFlags.config(server.Roles{Projector: true})
+	cfg, err := c.RunFlags.config(server.Roles{Projector: true})
+	if err != nil {
+		return err
+	}
 	c.ProjectorFlags.apply(&cfg)
 	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, "")
 }
@@ -230,14 +242,37 @@ func (n NATSFlags) apply(cfg *server.Config) {
 	cfg.StartupTimeout = n.StartupTimeout
 }
 
-func (c *RunFlags) config(roles server.Roles) server.Config {
+func (c *RunFlags) config(roles server.Roles) (server.Config, error) {
 	cfg := server.DefaultConfig()
 	cfg.Roles = roles
 	cfg.HTTPAddr = c.HTTPAddr
 	cfg.PprofAddr = c.PprofAddr
 	cfg.Tracing.Endpoint, cfg.Tracing.SampleRatio = c.OTLPEndpoint, c.TraceRatio
 	cfg.BatchWrites = c.BatchWrites == "on"
-	return cfg
+	if c.MetricsTokenFile != "" {
+		token, err := readMetricsToken(c.MetricsTokenFile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Ops.MetricsToken = token
+	}
+	return cfg, nil
+}
+
+// readMetricsToken reads the one token of --metrics-token-file.
+func readMetricsToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--metrics-token-file: %w", err)
+	}
+	fields := strings.Fields(string(b))
+	switch {
+	case len(fields) != 1:
+		return "", fmt.Errorf("--metrics-token-file %s: want one token, found %d words", path, len(fields))
+	case len(fields[0]) < MinTokenLength:
+		return "", fmt.Errorf("--metrics-token-file %s: the token has %d characters, fewer than %d, and could be guessed: use a random one, such as the output of openssl rand -hex 24", path, len(fields[0]), MinTokenLength)
+	}
+	return fields[0], nil
 }
 
 func (c *APIFlags) apply(cfg *server.Config) error {

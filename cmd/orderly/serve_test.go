@@ -114,8 +114,44 @@ func TestRolesTakeTheirOwnFlags(t *testing.T) {
 		}
 	}
 	cli := parseCLI(t, "processor --nats-url nats://x --processor-concurrency 64")
-	if cfg := cli.Processor.RunFlags.config(server.Roles{Processor: true}); cfg.HTTPAddr != "127.0.0.1:8080" {
-		t.Errorf("processor http addr %q", cfg.HTTPAddr)
+	if cfg, err := cli.Processor.RunFlags.config(server.Roles{Processor: true}); err != nil || cfg.HTTPAddr != "127.0.0.1:8080" {
+		t.Errorf("processor http addr %q, %v", cfg.HTTPAddr, err)
+	}
+}
+
+// secretFile writes content to a new file of mode 0600 named name.
+func secretFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestMetricsTokenFile: one token of 16 characters or more, surrounding
+// white space dropped; a short token, two words, an empty or missing file
+// are refused without printing the token.
+func TestMetricsTokenFile(t *testing.T) {
+	t.Parallel()
+	write := func(content string) string { return secretFile(t, "metrics-token", content) }
+	path := write("  s3cret-metrics-0123456789\n")
+	cli := parseCLI(t, "processor --nats-url nats://x --metrics-token-file "+path)
+	if cfg, err := cli.Processor.RunFlags.config(server.Roles{Processor: true}); err != nil || cfg.Ops.MetricsToken != "s3cret-metrics-0123456789" {
+		t.Errorf("token %q, %v", cfg.Ops.MetricsToken, err)
+	}
+	for content, want := range map[string]string{
+		"s3cret-short\n":                   "fewer than 16",
+		"s3cret-metrics-0123 s3cret-other": "found 2 words",
+		"\n":                               "found 0 words",
+	} {
+		_, err := readMetricsToken(write(content))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: %v, want an error with %q and no token", content, err, want)
+		}
+	}
+	if _, err := readMetricsToken(filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "--metrics-token-file") {
+		t.Errorf("a missing file: %v", err)
 	}
 }
 
@@ -125,13 +161,7 @@ func TestRolesTakeTheirOwnFlags(t *testing.T) {
 // the token.
 func TestTokensFile(t *testing.T) {
 	t.Parallel()
-	write := func(content string) string {
-		path := filepath.Join(t.TempDir(), "tokens")
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(content string) string { return secretFile(t, "tokens", content) }
 	got, err := readTokens(write("# clients\n\ntenant-a 3f9c2d7e8b1a4c6d0e5f\n  tenant-b   Zm9vYmFyYmF6cXV4cXV1eA  \n"))
 	if err != nil {
 		t.Fatal(err)

@@ -177,6 +177,10 @@ func readMetrics(ctx context.Context, client *http.Client, url string) (ServerMe
 		return ServerMetrics{}, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		// orderly serves /metrics to its own host, or with its metrics token.
+		return ServerMetrics{}, fmt.Errorf("/metrics: %s: run the bench on orderly's host", resp.Status)
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {

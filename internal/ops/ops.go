@@ -1,6 +1,7 @@
 // Package ops serves the operational endpoints of every orderly process:
 // GET /healthz (liveness), GET /readyz (readiness, with a JSON body naming
-// each check) and GET /metrics (Prometheus), HEAD wherever GET is served.
+// each check) and GET /metrics (Prometheus; loopback clients only, or
+// anyone with the metrics token), HEAD wherever GET is served.
 // The API mounts the same handler, so every process answers them alike.
 //
 // It must not import NATS or the components it checks: checks are functions.
@@ -8,10 +9,14 @@ package ops
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +39,11 @@ type Check struct {
 type Config struct {
 	// CheckTimeout bounds all readiness checks together (default 2s).
 	CheckTimeout time.Duration
+	// MetricsToken, when set, is the bearer token /metrics asks every
+	// client for. Without it /metrics answers loopback clients only: its
+	// counts tell anyone who reaches the port how much business goes
+	// through it.
+	MetricsToken string
 }
 
 func (c *Config) setDefaults() {
@@ -87,7 +97,7 @@ func NewHandler(cfg Config, ready, live []Check, gatherer prometheus.Gatherer) (
 	h := &Handler{cfg: cfg, checks: ready, live: live, metrics: promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET "+HealthzPath, h.healthz) // GET patterns match HEAD too
 	h.mux.HandleFunc("GET "+ReadyzPath, h.readyz)
-	h.mux.Handle("GET "+MetricsPath, h.metrics)
+	h.mux.HandleFunc("GET "+MetricsPath, h.serveMetrics)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		write(w, problem.New(http.StatusNotFound, problem.CodeNotFound, "Not found", "no resource at "+problem.Quoted(r.URL.Path)))
 	})
@@ -95,6 +105,36 @@ func NewHandler(cfg Config, ready, live []Check, gatherer prometheus.Gatherer) (
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// serveMetrics serves /metrics to a client with the metrics token, or to a
+// loopback client when there is none.
+func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.MetricsToken != "" {
+		const prefix = "Bearer "
+		auth := r.Header.Get("Authorization")
+		if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) ||
+			subtle.ConstantTimeCompare([]byte(auth[len(prefix):]), []byte(h.cfg.MetricsToken)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="orderly-metrics"`)
+			write(w, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "Unauthorized", "send Authorization: Bearer <the token of --metrics-token-file>"))
+			return
+		}
+	} else if !fromLoopback(r) {
+		write(w, problem.New(http.StatusForbidden, problem.CodeForbidden, "Forbidden",
+			"/metrics answers loopback clients only: start orderly with --metrics-token-file and give Prometheus that bearer token"))
+		return
+	}
+	h.metrics.ServeHTTP(w, r)
+}
+
+// fromLoopback reports whether r came from a loopback address.
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 	if results, ok := run(r.Context(), h.cfg.CheckTimeout, h.live); !ok {

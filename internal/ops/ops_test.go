@@ -16,9 +16,92 @@ import (
 
 func serve(t *testing.T, h http.Handler, method, path string) *httptest.ResponseRecorder {
 	t.Helper()
+	return serveFrom(t, h, "127.0.0.1:40000", method, path)
+}
+
+// serveFrom serves a request from the client at remote, with header lines.
+func serveFrom(t *testing.T, h http.Handler, remote, method, path string, header ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = remote
+	for _, l := range header {
+		k, v, _ := strings.Cut(l, ":")
+		r.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+	h.ServeHTTP(w, r)
 	return w
+}
+
+// TestMetricsNeedLoopbackOrToken: without a metrics token /metrics answers
+// clients on the host only; with one it answers whoever sends it, wherever
+// they are, and nobody else, on the host or not.
+func TestMetricsNeedLoopbackOrToken(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "orderly_test_total", Help: "t"}))
+	open, err := ops.NewHandler(ops.Config{}, nil, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "m3trics-t0ken-0123456789"
+	guarded, err := ops.NewHandler(ops.Config{MetricsToken: token}, nil, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		h      http.Handler
+		remote string
+		header []string
+		want   int
+		code   string
+	}{
+		{"IPv4 loopback", open, "127.0.0.1:40000", nil, 200, ""},
+		{"IPv6 loopback", open, "[::1]:40000", nil, 200, ""},
+		{"another loopback address", open, "127.8.9.10:40000", nil, 200, ""},
+		{"IPv4-mapped loopback", open, "[::ffff:127.0.0.1]:40000", nil, 200, ""},
+		{"another host", open, "192.0.2.7:40000", nil, 403, "forbidden"},
+		{"another host over IPv6", open, "[2001:db8::7]:40000", nil, 403, "forbidden"},
+		{"another host with a token nobody set", open, "192.0.2.7:40000", []string{"Authorization: Bearer " + token}, 403, "forbidden"},
+		{"an unparsable address", open, "garbage", nil, 403, "forbidden"},
+		{"the token from another host", guarded, "192.0.2.7:40000", []string{"Authorization: Bearer " + token}, 200, ""},
+		{"the token, lower-case scheme", guarded, "192.0.2.7:40000", []string{"Authorization: bearer " + token}, 200, ""},
+		{"no token from another host", guarded, "192.0.2.7:40000", nil, 401, "unauthorized"},
+		{"no token on the host", guarded, "127.0.0.1:40000", nil, 401, "unauthorized"},
+		{"a wrong token", guarded, "127.0.0.1:40000", []string{"Authorization: Bearer " + token + "x"}, 401, "unauthorized"},
+		{"a prefix of the token", guarded, "127.0.0.1:40000", []string{"Authorization: Bearer " + token[:10]}, 401, "unauthorized"},
+		{"another scheme", guarded, "127.0.0.1:40000", []string{"Authorization: Basic " + token}, 401, "unauthorized"},
+	} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			w := serveFrom(t, tc.h, tc.remote, method, "/metrics", tc.header...)
+			if w.Code != tc.want {
+				t.Errorf("%s, %s: %d %s, want %d", tc.name, method, w.Code, w.Body, tc.want)
+				continue
+			}
+			if method == http.MethodHead {
+				continue
+			}
+			if tc.want == 200 && !strings.Contains(w.Body.String(), "orderly_test_total") {
+				t.Errorf("%s: no metrics in %q", tc.name, w.Body)
+			}
+			if tc.want != 200 {
+				if w.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(w.Body.String(), `"code":"`+tc.code+`"`) ||
+					!strings.Contains(w.Body.String(), "--metrics-token-file") || strings.Contains(w.Body.String(), "orderly_test_total") {
+					t.Errorf("%s: %v %s, want problem+json %s naming --metrics-token-file", tc.name, w.Header(), w.Body, tc.code)
+				}
+				if (tc.want == 401) != (w.Header().Get("WWW-Authenticate") != "") {
+					t.Errorf("%s: WWW-Authenticate %q with %d", tc.name, w.Header().Get("WWW-Authenticate"), tc.want)
+				}
+			}
+		}
+	}
+	// The checks stay open: a probe has no token.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if w := serveFrom(t, guarded, "192.0.2.7:40000", http.MethodGet, path); w.Code != 200 {
+			t.Errorf("%s from another host with a metrics token set: %d", path, w.Code)
+		}
+	}
 }
 
 func TestReadyzNamesEachCheck(t *testing.T) {

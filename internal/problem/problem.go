@@ -32,12 +32,13 @@ const (
 	CodeNotReady     = "not_ready"
 	CodeNotLive      = "not_live"
 	CodeSuperseded   = "order_superseded"
+	CodeForbidden    = "forbidden"
 )
 
 // Codes lists every code, for the documents that must name them all.
 var Codes = []string{CodeKeyMissing, CodeKeyInvalid, CodeKeyInUse, CodeKeyReused, CodeInvalid, CodeRejected, CodeTooLarge,
 	CodeTimeout, CodeMediaType, CodeUnauthorized, CodeNotFound, CodeUnavailable, CodeUnknown, CodeInternal, CodeMethod,
-	CodeNotReady, CodeNotLive, CodeSuperseded}
+	CodeNotReady, CodeNotLive, CodeSuperseded, CodeForbidden}
 
 // FieldError is one problem with one field of the request body.
 type FieldError struct {
