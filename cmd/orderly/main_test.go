@@ -597,7 +597,8 @@ func TestOperatorTools(t *testing.T) {
 // TestTokensReloadOnSIGHUP: orderly serve re-reads --tokens-file on SIGHUP.
 // A token added with orderly tokens add works without a restart, a removed
 // one stops working, and a file that no longer holds a valid set changes
-// nothing and is logged. SIGHUP never stops the process.
+// nothing and is logged; --metrics-token-file the same. SIGHUP never stops
+// the process.
 func TestTokensReloadOnSIGHUP(t *testing.T) {
 	t.Parallel()
 	bin := orderlytest.BuildOrderly(t)
@@ -605,9 +606,13 @@ func TestTokensReloadOnSIGHUP(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("tenant-a first-token-of-tenant-a\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	metricsToken := filepath.Join(t.TempDir(), "metrics-token")
+	if err := os.WriteFile(metricsToken, []byte("first-metrics-token-0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	args, url := serveArgs(t, filepath.Join(t.TempDir(), "data"))
 	out := &orderlytest.Buffer{}
-	p := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--tokens-file", tokens), URL: url, Output: out}
+	p := &orderlytest.Process{T: t, Bin: bin, Args: append(args, "--tokens-file", tokens, "--metrics-token-file", metricsToken), URL: url, Output: out}
 	p.Start()
 	t.Cleanup(p.Kill9)
 	n := 0
@@ -667,11 +672,35 @@ func TestTokensReloadOnSIGHUP(t *testing.T) {
 	if s := post(second); s != http.StatusAccepted {
 		t.Fatalf("the kept token after the file was removed: %d", s)
 	}
-	if strings.Contains(out.String(), second) || strings.Contains(out.String(), "first-token-of-tenant-a") {
-		t.Errorf("a token was logged:\n%s", out.String())
+	// The metrics token: replaced, then kept when the file holds no valid
+	// one. (Each SIGHUP reads the removed tokens file too: two more refused.)
+	metrics := func(token string) int {
+		return orderlytest.Do(t, http.MethodGet, url+"/metrics", nil, "Authorization: Bearer "+token).Status
 	}
-	m := orderlytest.Do(t, http.MethodGet, url+"/metrics", nil)
-	for _, want := range []string{`orderly_tokens_reloads_total{result="reloaded"} 2`, `orderly_tokens_reloads_total{result="refused"} 2`} {
+	if err := os.WriteFile(metricsToken, []byte("second-metrics-token-0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s := metrics("first-metrics-token-0123"); s != http.StatusOK {
+		t.Fatalf("the metrics token before SIGHUP: %d", s)
+	}
+	hup("metrics token file reloaded")
+	if s1, s2 := metrics("first-metrics-token-0123"), metrics("second-metrics-token-0123"); s1 != http.StatusUnauthorized || s2 != http.StatusOK {
+		t.Fatalf("after SIGHUP: the old metrics token %d, the new one %d", s1, s2)
+	}
+	if err := os.WriteFile(metricsToken, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup("metrics token file not reloaded")
+	if s := metrics("second-metrics-token-0123"); s != http.StatusOK {
+		t.Fatalf("the kept metrics token after a refused reload: %d", s)
+	}
+	for _, secret := range []string{second, "first-token-of-tenant-a", "metrics-token-0123"} {
+		if strings.Contains(out.String(), secret) {
+			t.Errorf("a token was logged:\n%s", out.String())
+		}
+	}
+	m := orderlytest.Do(t, http.MethodGet, url+"/metrics", nil, "Authorization: Bearer second-metrics-token-0123")
+	for _, want := range []string{`orderly_tokens_reloads_total{result="reloaded"} 2`, `orderly_tokens_reloads_total{result="refused"} 4`} {
 		if !strings.Contains(string(m.Body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

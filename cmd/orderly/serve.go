@@ -69,7 +69,7 @@ type RunFlags struct {
 	HTTPAddr         string  `name:"http-addr" env:"ORDERLY_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address (the API, or a processor's or projector's /healthz, /readyz and /metrics)."`
 	BatchWrites      string  `name:"batch-writes" env:"ORDERLY_BATCH_WRITES" enum:"auto,on,off" default:"auto" help:"Group concurrent writes to each stream into atomic batches, one commit and one disk sync per batch (group commit): on, off, or auto: on with serve --fsync always, where it raised the sync rate by 30-80% (docs/adr/0009), off otherwise (against --nats-url, set it on when the servers sync every write)."`
 	MemoryLimit      string  `name:"memory-limit" env:"ORDERLY_MEMORY_LIMIT" default:"auto" help:"Soft limit of the Go runtime's memory, such as 400MiB: the garbage collector works harder to stay under it (docs/operations.md). auto: 90% of the container's (cgroup) memory limit when there is one and GOMEMLIMIT is not set, else none; off: none. With serve --nats-process child the two processes share the limit: orderly's takes a quarter, its NATS server's three quarters."`
-	MetricsTokenFile string  `name:"metrics-token-file" env:"ORDERLY_METRICS_TOKEN_FILE" type:"path" help:"File holding one random token (at least 16 characters) that GET /metrics then asks every client for, as Authorization: Bearer <token> (Prometheus: authorization.credentials_file). Without it /metrics answers clients on this host (loopback) only: its counts tell whoever reaches the port how much business goes through it. Read at start."`
+	MetricsTokenFile string  `name:"metrics-token-file" env:"ORDERLY_METRICS_TOKEN_FILE" type:"path" help:"File holding one random token (at least 16 characters) that GET /metrics then asks every client for, as Authorization: Bearer <token> (Prometheus: authorization.credentials_file). Without it /metrics answers clients on this host (loopback) only: its counts tell whoever reaches the port how much business goes through it. SIGHUP reads the file again (one without a valid token changes nothing)."`
 	PprofAddr        string  `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof, no authentication) on this loopback address, such as 127.0.0.1:6060 (others are refused); empty: off."`
 	OTLPEndpoint     string  `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
 	TraceRatio       float64 `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
@@ -126,7 +126,7 @@ func (c *ServeCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	return runServer(g, cfg, c.MemoryLimit, c.TokensFile)
+	return runServer(g, cfg, c.MemoryLimit, c.TokensFile, c.MetricsTokenFile)
 }
 
 // config is the server configuration the flags describe.
@@ -189,7 +189,7 @@ func (c *APICmd) Run(g *globals) error {
 	if err := c.APIFlags.apply(&cfg); err != nil {
 		return err
 	}
-	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, c.TokensFile)
+	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, c.TokensFile, c.MetricsTokenFile)
 }
 
 // ProcessorCmd is orderly processor: the processor alone.
@@ -206,7 +206,7 @@ func (c *ProcessorCmd) Run(g *globals) error {
 		return err
 	}
 	c.ProcessorFlags.apply(&cfg)
-	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, "")
+	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, "", c.MetricsTokenFile)
 }
 
 // ProjectorCmd is orderly projector: the optional projector alone.
@@ -223,16 +223,16 @@ func (c *ProjectorCmd) Run(g *globals) error {
 		return err
 	}
 	c.ProjectorFlags.apply(&cfg)
-	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, "")
+	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, "", c.MetricsTokenFile)
 }
 
 // runRole runs one role against the NATS that n names.
-func runRole(g *globals, n NATSFlags, cfg server.Config, memoryLimit, tokensFile string) error {
+func runRole(g *globals, n NATSFlags, cfg server.Config, memoryLimit, tokensFile, metricsTokenFile string) error {
 	if n.NATSURL == "" {
 		return errors.New("--nats-url is required: the separate roles run against a NATS (cluster); use 'orderly serve' for one process with an embedded server")
 	}
 	n.apply(&cfg)
-	return runServer(g, cfg, memoryLimit, tokensFile)
+	return runServer(g, cfg, memoryLimit, tokensFile, metricsTokenFile)
 }
 
 func (n NATSFlags) apply(cfg *server.Config) {
@@ -298,9 +298,10 @@ func (c *ProcessorFlags) apply(cfg *server.Config) { cfg.Processor.Concurrency =
 func (c *ProjectorFlags) apply(cfg *server.Config) { cfg.Projector.Concurrency = c.ProjConcurrency }
 
 // runServer runs a server until it is stopped or fails. SIGHUP reads
-// tokensFile again and gives the API its tokens; a process without one
-// logs that it has nothing to reload, and goes on.
-func runServer(g *globals, cfg server.Config, memoryLimit, tokensFile string) error {
+// tokensFile again and gives the API its tokens, and metricsTokenFile and
+// gives /metrics its token; a process without either logs that it has
+// nothing to reload, and goes on.
+func runServer(g *globals, cfg server.Config, memoryLimit, tokensFile, metricsTokenFile string) error {
 	share := 1.0
 	child := cfg.NATSURL == "" && cfg.NATSProcess == natsserver.Child
 	if child {
@@ -351,7 +352,11 @@ wait:
 			g.logger.Error("a component stopped; shutting down", "err", failure)
 			break wait
 		case <-hup:
+			if tokensFile == "" && metricsTokenFile == "" {
+				g.logger.Info("SIGHUP: nothing to reload (no --tokens-file, no --metrics-token-file)")
+			}
 			reloadTokens(g.logger, s, tokensFile)
+			reloadMetricsToken(g.logger, s, metricsTokenFile)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
@@ -367,7 +372,6 @@ wait:
 // holds. A file that cannot be read or holds no valid set changes nothing.
 func reloadTokens(logger *slog.Logger, s *server.Server, path string) {
 	if path == "" {
-		logger.Info("SIGHUP: nothing to reload (no --tokens-file)")
 		return
 	}
 	c, err := s.ReloadTokens(func() (map[string]string, error) { return readTokens(path) })
@@ -380,6 +384,23 @@ func reloadTokens(logger *slog.Logger, s *server.Server, path string) {
 	if w := tokensFileWarning(path); w != "" {
 		logger.Warn(w, "file", path)
 	}
+}
+
+// reloadMetricsToken reads the metrics token file at path again, if any. A
+// file that cannot be read or holds no valid token changes nothing.
+func reloadMetricsToken(logger *slog.Logger, s *server.Server, path string) {
+	if path == "" {
+		return
+	}
+	token, err := readMetricsToken(path)
+	if err == nil {
+		err = s.SetMetricsToken(token)
+	}
+	if err != nil {
+		logger.Error("SIGHUP: metrics token file not reloaded; /metrics keeps the token it had", "file", path, "err", err)
+		return
+	}
+	logger.Info("SIGHUP: metrics token file reloaded", "file", path)
 }
 
 // tokensFileWarning says what is wrong with the tokens file at path that

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,7 +75,10 @@ type Handler struct {
 	checks  []Check
 	live    []Check
 	metrics http.Handler
-	mux     *http.ServeMux
+	// token is the metrics token: cfg.MetricsToken, then what
+	// SetMetricsToken set.
+	token atomic.Pointer[string]
+	mux   *http.ServeMux
 }
 
 // NewHandler returns the handler; ready are the readiness checks, live the
@@ -95,6 +99,7 @@ func NewHandler(cfg Config, ready, live []Check, gatherer prometheus.Gatherer) (
 		return nil, err
 	}
 	h := &Handler{cfg: cfg, checks: ready, live: live, metrics: promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}), mux: http.NewServeMux()}
+	h.token.Store(&cfg.MetricsToken)
 	h.mux.HandleFunc("GET "+HealthzPath, h.healthz) // GET patterns match HEAD too
 	h.mux.HandleFunc("GET "+ReadyzPath, h.readyz)
 	h.mux.HandleFunc("GET "+MetricsPath, h.serveMetrics)
@@ -109,11 +114,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // serveMetrics serves /metrics to a client with the metrics token, or to a
 // loopback client when there is none.
 func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.MetricsToken != "" {
+	if token := *h.token.Load(); token != "" {
 		const prefix = "Bearer "
 		auth := r.Header.Get("Authorization")
 		if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) ||
-			subtle.ConstantTimeCompare([]byte(auth[len(prefix):]), []byte(h.cfg.MetricsToken)) != 1 {
+			subtle.ConstantTimeCompare([]byte(auth[len(prefix):]), []byte(token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="orderly-metrics"`)
 			write(w, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "Unauthorized", "send Authorization: Bearer <the token of --metrics-token-file>"))
 			return
@@ -124,6 +129,17 @@ func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.metrics.ServeHTTP(w, r)
+}
+
+// SetMetricsToken replaces the metrics token (a token file read again);
+// requests from then on need the new one. Empty is refused: a reload never
+// opens /metrics.
+func (h *Handler) SetMetricsToken(token string) error {
+	if token == "" {
+		return errors.New("ops: an empty metrics token")
+	}
+	h.token.Store(&token)
+	return nil
 }
 
 // fromLoopback reports whether r came from a loopback address.

@@ -96,6 +96,22 @@ func TestMetricsNeedLoopbackOrToken(t *testing.T) {
 			}
 		}
 	}
+	// A token set again (SIGHUP) replaces the old one; an empty one is
+	// refused and changes nothing: a reload never opens /metrics.
+	if err := guarded.SetMetricsToken(""); err == nil {
+		t.Error("an empty metrics token accepted")
+	}
+	if w := serveFrom(t, guarded, "192.0.2.7:40000", http.MethodGet, "/metrics"); w.Code != 401 {
+		t.Errorf("after the empty token was refused: %d, want 401", w.Code)
+	}
+	if err := guarded.SetMetricsToken(token + "-new"); err != nil {
+		t.Fatal(err)
+	}
+	for tok, want := range map[string]int{token: 401, token + "-new": 200} {
+		if w := serveFrom(t, guarded, "192.0.2.7:40000", http.MethodGet, "/metrics", "Authorization: Bearer "+tok); w.Code != want {
+			t.Errorf("after the new token, %q: %d, want %d", tok, w.Code, want)
+		}
+	}
 	// The checks stay open: a probe has no token.
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if w := serveFrom(t, guarded, "192.0.2.7:40000", http.MethodGet, path); w.Code != 200 {

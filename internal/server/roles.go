@@ -201,6 +201,7 @@ func (s *Server) startAPI(ctx context.Context, js jetstream.JetStream, ready, li
 	if err != nil {
 		return err
 	}
+	s.ops = opsHandler
 	apiCfg := s.cfg.API
 	apiCfg.Tracer = s.tracer
 	if y := s.yield; y != nil {

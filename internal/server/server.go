@@ -62,7 +62,8 @@ type Server struct {
 	yield   *pipeline.Yield        // the processor's, with --decision-lag: the API's Retry-After reads it
 	durable *durable.Syncer        // with --fsync group: the answers' group commit
 	svc     *app.Service
-	tokens  *api.Tokens // the API's, when it has the API role
+	tokens  *api.Tokens  // the API's, when it has the API role
+	ops     *ops.Handler // /healthz, /readyz and /metrics
 	// tokenReloads counts ReloadTokens' outcomes.
 	tokenReloads *prometheus.CounterVec
 	http         *http.Server
@@ -208,6 +209,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		if err != nil {
 			return nil, err
 		}
+		s.ops = opsHandler
 		return s, s.serveHTTP(opsHandler)
 	}
 	return s, s.startAPI(ctx, js, ready, live)
@@ -415,6 +417,15 @@ func (s *Server) ReloadTokens(read func() (map[string]string, error)) (api.Token
 	}
 	s.tokenReloads.WithLabelValues("reloaded").Inc()
 	return c, nil
+}
+
+// SetMetricsToken replaces the token /metrics asks for (--metrics-token-file
+// read again on SIGHUP).
+func (s *Server) SetMetricsToken(token string) error {
+	if s.ops == nil {
+		return errors.New("this process serves no /metrics")
+	}
+	return s.ops.SetMetricsToken(token)
 }
 
 // Failed delivers an error when a component stopped on its own.
