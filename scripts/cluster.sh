@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The topology of docker-compose.yml on one machine, without Docker, from the
-# same config files (deploy/nats/node.conf, deploy/haproxy/haproxy.cfg):
-# three nats-server processes built from the pinned Go module, orderly setup
+# same config files (deploy/nats/node.conf and run.sh, deploy/haproxy/haproxy.cfg):
+# three nats-server processes built from the pinned Go module (their routes
+# authenticated with the route password of orderly credentials init), orderly setup
 # (R3), two APIs, two processors, and HAProxy (Debian's package)
 # in front of the APIs.
 #
@@ -68,8 +69,8 @@ start_nats() {
   mkdir -p "$DIR/nats/data-$i"
   start "nats-$i" env NATS_NAME="nats-$i" NATS_LISTEN="127.0.0.1:$((BASE + 220 + i))" NATS_HTTP="127.0.0.1:$((BASE + 820 + i))" \
     NATS_CLUSTER_LISTEN="127.0.0.1:$((BASE + 620 + i))" NATS_STORE_DIR="$PWD/$DIR/nats/data-$i" \
-    NATS_ROUTE_1="nats://127.0.0.1:$((BASE + 621))" NATS_ROUTE_2="nats://127.0.0.1:$((BASE + 622))" NATS_ROUTE_3="nats://127.0.0.1:$((BASE + 623))" \
-    "$DIR/bin/nats-server" -c "$DIR/nats/node.conf"
+    NATS_ROUTE_1="127.0.0.1:$((BASE + 621))" NATS_ROUTE_2="127.0.0.1:$((BASE + 622))" NATS_ROUTE_3="127.0.0.1:$((BASE + 623))" \
+    NATS_SERVER="$DIR/bin/nats-server" sh "$DIR/nats/run.sh"
 }
 
 nats_healthy() { curl -fsS "http://127.0.0.1:$((BASE + 820 + $1))/healthz?js-enabled-only=true"; }
@@ -84,7 +85,8 @@ up() {
   build
   mkdir -p "$DIR/nats"
   "$ORDERLY" credentials init "$CREDS" >/dev/null
-  cp deploy/nats/node.conf "$DIR/nats/node.conf" # the include is relative to the config file
+  # The includes are relative to the config file, and run.sh finds both beside it.
+  cp deploy/nats/node.conf deploy/nats/run.sh "$DIR/nats/"
   for i in 1 2 3; do start_nats "$i"; done
   for i in 1 2 3; do wait_for "nats-$i" 60 nats_healthy "$i"; done
   say "NATS cluster healthy; orderly setup --replicas 3"

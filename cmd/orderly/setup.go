@@ -46,7 +46,7 @@ func (c *SetupCmd) Run(g *globals) error {
 
 // CredentialsCmd groups the credential tools.
 type CredentialsCmd struct {
-	Init    CredentialsInitCmd    `cmd:"" help:"Create the NATS users' nkey seeds (mode 0600) that are missing in a directory, and the nats-server configuration fragment (accounts, users, permissions) to include from every node's config. Existing seeds are kept."`
+	Init    CredentialsInitCmd    `cmd:"" help:"Create the NATS users' nkey seeds and the cluster's route password (mode 0600) that are missing in a directory, and the nats-server configuration fragments to include from every node's config: nats-accounts.conf (accounts, users, permissions) and nats-route.conf (the route user, the password's bcrypt hash). Existing secrets are kept."`
 	Service CredentialsServiceCmd `cmd:"" help:"Give a consumer service a NATS key of its own (add, remove, list): in an account of its own, it reads ORDER_EVENTS and pulls from and acks its own consumer only (docs/events.md)."`
 }
 
@@ -137,7 +137,7 @@ func (c *CredentialsServiceListCmd) Run() error {
 
 // CredentialsInitCmd is orderly credentials init.
 type CredentialsInitCmd struct {
-	Dir string `name:"dir" arg:"" type:"path" help:"Directory for the seeds and nats-accounts.conf."`
+	Dir string `name:"dir" arg:"" type:"path" help:"Directory for the seeds, the route password and the configuration fragments."`
 }
 
 // Run creates the credentials.
@@ -157,6 +157,8 @@ func (c *CredentialsInitCmd) Run() error {
 		}
 		fmt.Printf("  %-10s %s  %s\n", u, creds.SeedPath(u), pub)
 	}
-	fmt.Printf("include %s from every nats-server's configuration\n", creds.ConfigPath())
+	fmt.Printf("  %-10s %s\n", natsauth.RouteUser, creds.RoutePasswordPath())
+	fmt.Printf("include %s from every nats-server's configuration, and %s from its cluster block; routes authenticate as user %s with the password of %s (deploy/nats/run.sh puts it into the route URLs)\n",
+		creds.ConfigPath(), creds.RouteConfigPath(), natsauth.RouteUser, creds.RoutePasswordPath())
 	return nil
 }

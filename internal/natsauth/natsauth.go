@@ -31,11 +31,16 @@
 // Each user but operator and system receives replies on its own inbox prefix
 // (_INBOX_<user>), so that no user can read another's replies.
 //
+// The nodes of a cluster also take routes from one user only, with the
+// random password Init writes beside the seeds (ADR 0024).
+//
 // It may import events and internal/jsstore (for the names of the streams and
 // consumers), and nothing else of orderly.
 package natsauth
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -44,6 +49,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nkeys"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
@@ -120,6 +126,17 @@ var Users = []string{Operator, API, Processor, Projector, Serve, Events, System}
 // ConfigFile is the name of the configuration fragment in a credentials
 // directory; SeedFile the name of a user's nkey seed.
 const ConfigFile = "nats-accounts.conf"
+
+// The routes of a NATS cluster (deploy/nats/node.conf) authenticate as one
+// user, RouteUser, with the random password in RoutePasswordFile (mode 0600).
+// Every node's cluster block includes RouteConfigFile, which holds its bcrypt
+// hash; deploy/nats/run.sh puts the password into the route URLs, the only
+// place nats-server takes a route's credentials from (ADR 0024).
+const (
+	RouteUser         = "route"
+	RoutePasswordFile = "route.password"
+	RouteConfigFile   = "nats-route.conf"
+)
 
 // SeedFile is the file name of user's nkey seed in a credentials directory.
 func SeedFile(user string) string { return user + ".nk" }
@@ -239,13 +256,15 @@ func Of(user string) (p Permissions, ok bool) {
 
 // Credentials is a directory of user seeds and the configuration fragment.
 type Credentials struct {
-	// Dir holds <user>.nk (mode 0600) and nats-accounts.conf.
+	// Dir holds <user>.nk and route.password (mode 0600), nats-accounts.conf
+	// and nats-route.conf.
 	Dir string
 }
 
-// Init creates the seeds that are missing (random, mode 0600) and writes the
-// configuration fragment for the seeds there are. It is idempotent: existing
-// seeds are kept, so that running it again changes no secret.
+// Init creates the seeds and the route password that are missing (random,
+// mode 0600) and writes the configuration fragments for the secrets there
+// are. It is idempotent: existing secrets are kept, so that running it again
+// changes none.
 func (c Credentials) Init() error {
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return fmt.Errorf("credentials: %w", err)
@@ -259,11 +278,80 @@ func (c Credentials) Init() error {
 			return err
 		}
 	}
+	if err := c.initRoute(); err != nil {
+		return err
+	}
 	conf, err := c.Config()
 	if err != nil {
 		return err
 	}
 	return writeFile(filepath.Join(c.Dir, ConfigFile), []byte(conf), 0o644)
+}
+
+// initRoute creates the route password if it is missing, and writes the
+// route fragment if it is missing or holds another password's hash.
+func (c Credentials) initRoute() error {
+	if _, err := os.Stat(c.RoutePasswordPath()); err != nil {
+		secret := make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return fmt.Errorf("credentials: %w", err)
+		}
+		// Hex: it goes into URLs and a config file without escaping.
+		if err := writeFile(c.RoutePasswordPath(), []byte(hex.EncodeToString(secret)+"\n"), 0o600); err != nil {
+			return fmt.Errorf("credentials: %w", err)
+		}
+	}
+	password, err := c.RoutePassword()
+	if err != nil {
+		return err
+	}
+	if hash, err := routeHash(c.RouteConfigPath()); err == nil && bcrypt.CompareHashAndPassword(hash, []byte(password)) == nil {
+		return nil
+	}
+	// The lowest cost: a hash's cost slows the guessing of a chosen
+	// password, and this one is 256 random bits, which no guessing finds.
+	// Every init and every route's connect pays it (about 1 ms, not 60).
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	conf := fmt.Sprintf("# Written by orderly (internal/natsauth): who may open a route to this node.\n"+
+		"# Include it in the cluster block of every node; the password is %s beside it.\n"+
+		"authorization {\n  user: %s\n  password: %q\n}\n", RoutePasswordFile, RouteUser, hash)
+	return writeFile(c.RouteConfigPath(), []byte(conf), 0o644)
+}
+
+// routeHash reads the bcrypt hash of a route fragment.
+func routeHash(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "password: "); ok {
+			return []byte(strings.Trim(v, `"`)), nil
+		}
+	}
+	return nil, errors.New("no password")
+}
+
+// RouteConfigPath is the path of the route fragment.
+func (c Credentials) RouteConfigPath() string { return filepath.Join(c.Dir, RouteConfigFile) }
+
+// RoutePasswordPath is the path of the route password.
+func (c Credentials) RoutePasswordPath() string { return filepath.Join(c.Dir, RoutePasswordFile) }
+
+// RoutePassword reads the route password.
+func (c Credentials) RoutePassword() (string, error) {
+	b, err := os.ReadFile(c.RoutePasswordPath())
+	if err != nil {
+		return "", fmt.Errorf("credentials: %w", err)
+	}
+	p := strings.TrimSpace(string(b))
+	if len(p) < 32 || strings.ContainsFunc(p, func(r rune) bool { return !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') }) {
+		return "", fmt.Errorf("credentials: %s: not a route password (at least 32 hex digits): delete it and run orderly credentials init again, then restart the nodes", c.RoutePasswordPath())
+	}
+	return p, nil
 }
 
 // newSeed writes a new random user seed to path (mode 0600).
@@ -431,9 +519,9 @@ func list(subjects []string) string {
 // ErrNoSeed is returned by Check for a directory without a user's seed.
 var ErrNoSeed = errors.New("no seed")
 
-// Check reports whether every user's seed is present, and it and every
-// consumer service's seed readable by this process only (mode 0600 or
-// stricter).
+// Check reports whether every user's seed and the route password are
+// present, and they and every consumer service's seed readable by this
+// process only (mode 0600 or stricter).
 func (c Credentials) Check() error {
 	var errs []error
 	private := func(path string) {
@@ -447,6 +535,11 @@ func (c Credentials) Check() error {
 			continue
 		}
 		private(c.SeedPath(u))
+	}
+	if _, err := c.RoutePassword(); err != nil {
+		errs = append(errs, err)
+	} else {
+		private(c.RoutePasswordPath())
 	}
 	services, err := c.Services()
 	if err != nil {

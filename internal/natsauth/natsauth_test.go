@@ -2,8 +2,10 @@ package natsauth_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -705,6 +707,244 @@ func TestServiceKeysKeepServicesApart(t *testing.T) {
 	}
 }
 
+// TestRoutePasswordIsKeptAndPrivate: credentials init makes the route
+// password once (random, mode 0600) and a fragment with its hash only; a
+// second init changes neither; Check refuses a password others may read, a
+// missing one, and one that is not hex (it goes into URLs).
+func TestRoutePasswordIsKeptAndPrivate(t *testing.T) {
+	t.Parallel()
+	creds := natsauth.Credentials{Dir: t.TempDir()}
+	if err := creds.Init(); err != nil {
+		t.Fatal(err)
+	}
+	password, err := creds.RoutePassword()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(password) != 64 {
+		t.Fatalf("route password %d characters, want 64 hex digits", len(password))
+	}
+	if st, err := os.Stat(creds.RoutePasswordPath()); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("route password file: %v %v, want mode 0600", st.Mode(), err)
+	}
+	fragment := creds.RouteConfigPath()
+	conf, err := os.ReadFile(fragment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(conf), password) || !strings.Contains(string(conf), `password: "$2`) || !strings.Contains(string(conf), "user: "+natsauth.RouteUser) {
+		t.Fatalf("the route fragment, want the user and a bcrypt hash, not the password:\n%s", conf)
+	}
+	if err := creds.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := creds.RoutePassword(); again != password {
+		t.Fatal("a second init changed the route password")
+	}
+	if again, _ := os.ReadFile(fragment); string(again) != string(conf) {
+		t.Fatal("a second init rewrote the route fragment")
+	}
+	// A fragment of another password is written again.
+	if err := os.WriteFile(fragment, []byte("authorization {\n  user: route\n  password: \"$2a$10$aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := creds.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(fragment); string(again) == string(conf) || !strings.Contains(string(again), `password: "$2`) {
+		t.Fatalf("the fragment of another password after init:\n%s", again)
+	}
+	if err := creds.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(creds.RoutePasswordPath(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := creds.Check(); err == nil || !strings.Contains(err.Error(), "readable by others") {
+		t.Fatalf("check with a readable route password: %v", err)
+	}
+	if err := os.WriteFile(creds.RoutePasswordPath(), []byte("route:pass@evil\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := creds.Check(); err == nil || !strings.Contains(err.Error(), "not a route password") {
+		t.Fatalf("check with a password that is not hex: %v", err)
+	}
+	if err := os.Remove(creds.RoutePasswordPath()); err != nil {
+		t.Fatal(err)
+	}
+	if err := creds.Check(); err == nil || !strings.Contains(err.Error(), natsauth.RoutePasswordFile) {
+		t.Fatalf("check without a route password: %v", err)
+	}
+}
+
+// deployedCluster is deploy/nats/node.conf run by deploy/nats/run.sh, as
+// the compose file and scripts/cluster.sh run them: three nats-server
+// processes whose credentials (users and the route password) come from
+// orderly credentials init.
+type deployedCluster struct {
+	t       *testing.T
+	bin     string
+	dir     string
+	creds   natsauth.Credentials
+	ports   orderlytest.Ports
+	monitor []int
+	env     [][]string
+	nodes   []*exec.Cmd
+}
+
+func startDeployedCluster(t *testing.T) *deployedCluster {
+	t.Helper()
+	d := &deployedCluster{t: t, bin: orderlytest.NATSServerBinary(t), dir: t.TempDir(), ports: orderlytest.ClusterPorts(t, 3),
+		monitor: make([]int, 3), env: make([][]string, 3), nodes: make([]*exec.Cmd, 3)}
+	for _, f := range []string{"node.conf", "run.sh"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d.dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.creds = natsauth.Credentials{Dir: filepath.Join(d.dir, "credentials")}
+	if err := d.creds.Init(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		d.monitor[i] = orderlytest.FreePort(t)
+		d.env[i] = append(os.Environ(), "NATS_SERVER="+d.bin, fmt.Sprintf("NATS_NAME=nats-%d", i), fmt.Sprintf("NATS_LISTEN=127.0.0.1:%d", d.ports.Client[i]),
+			fmt.Sprintf("NATS_HTTP=127.0.0.1:%d", d.monitor[i]), fmt.Sprintf("NATS_CLUSTER_LISTEN=127.0.0.1:%d", d.ports.Route[i]),
+			"NATS_STORE_DIR="+t.TempDir())
+		for j := range 3 {
+			d.env[i] = append(d.env[i], fmt.Sprintf("NATS_ROUTE_%d=127.0.0.1:%d", j+1, d.ports.Route[j]))
+		}
+	}
+	for i := range 3 {
+		d.start(i)
+	}
+	t.Cleanup(func() {
+		for _, cmd := range d.nodes {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	orderlytest.Setup(t, d.ports.URLs(), d.creds, 3)
+	return d
+}
+
+// start runs node i (run.sh execs nats-server, so the process is the node).
+func (d *deployedCluster) start(i int) {
+	cmd := exec.Command("sh", filepath.Join(d.dir, "run.sh"))
+	cmd.Env = d.env[i]
+	if os.Getenv("ORDERLY_TEST_LOG") != "" {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.nodes[i] = cmd
+}
+
+func (d *deployedCluster) stop(i int) {
+	_ = d.nodes[i].Process.Signal(syscall.SIGTERM)
+	_ = d.nodes[i].Wait()
+}
+
+// routesFrom returns the names of the servers node i has a route with.
+func (d *deployedCluster) routesFrom(i int) map[string]bool {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/routez", d.monitor[i]))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var routez struct {
+		Routes []struct {
+			RemoteName string `json:"remote_name"`
+		} `json:"routes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&routez); err != nil {
+		d.t.Fatal(err)
+	}
+	names := make(map[string]bool)
+	for _, r := range routez.Routes {
+		names[r.RemoteName] = true
+	}
+	return names
+}
+
+// TestRoutesNeedThePassword: the deployed cluster's route port refuses a
+// server that does not give the route password of orderly credentials init,
+// and takes one that does (so the refusal is not a server that cannot
+// connect at all). Before ADR 0024 any server that reached the port joined
+// the cluster and saw every account's traffic.
+func TestRoutesNeedThePassword(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four nats-server processes; run without -short")
+	}
+	t.Parallel()
+	d := startDeployedCluster(t)
+	password, err := d.creds.RoutePassword()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The nodes' own routes, with the password run.sh put in their URLs.
+	for i := range 3 {
+		routes := d.routesFrom(i)
+		for j := range 3 {
+			if j != i && !routes[fmt.Sprintf("nats-%d", j)] {
+				t.Fatalf("nats-%d has no route with nats-%d: %v", i, j, routes)
+			}
+		}
+	}
+	// A server that names a route to every node, as one of the cluster's
+	// own would.
+	join := func(name, userinfo string) {
+		args := []string{"-a", "127.0.0.1", "-p", fmt.Sprint(orderlytest.FreePort(t)), "-n", name,
+			"--cluster_name", "orderly", "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", orderlytest.FreePort(t))}
+		var routes []string
+		for _, port := range d.ports.Route {
+			routes = append(routes, fmt.Sprintf("nats://%s127.0.0.1:%d", userinfo, port))
+		}
+		cmd := exec.Command(d.bin, append(args, "--routes", strings.Join(routes, ","))...)
+		if os.Getenv("ORDERLY_TEST_LOG") != "" {
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	intruders := map[string]string{
+		"no-password":    "",
+		"wrong-password": "route:" + strings.Repeat("0", len(password)) + "@",
+		"other-user":     "orderly:" + password + "@",
+	}
+	for name, userinfo := range intruders {
+		join(name, userinfo)
+	}
+	join("with-password", "route:"+password+"@")
+	// The intruders started first, so by the time the server with the
+	// password is in, they have had as long to get in.
+	orderlytest.Eventually(t, 30*time.Second, "the server with the route password joins every node", func() bool {
+		for i := range 3 {
+			if !d.routesFrom(i)["with-password"] {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 3 {
+		routes := d.routesFrom(i)
+		for name := range intruders {
+			if routes[name] {
+				t.Errorf("nats-%d took a route from %s", i, name)
+			}
+		}
+	}
+}
+
 // TestServiceKeyAfterRollingRestart: a service key added while a cluster
 // runs is refused by the running nodes, and binds to its consumer once they
 // have been restarted one at a time, as docs/operations.md says. The nodes run
@@ -718,55 +958,8 @@ func TestServiceKeyAfterRollingRestart(t *testing.T) {
 		t.Skip("starts and restarts three nats-server processes; run without -short")
 	}
 	t.Parallel()
-	bin := orderlytest.NATSServerBinary(t)
-	dir := t.TempDir()
-	node, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats", "node.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "node.conf"), node, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	creds := natsauth.Credentials{Dir: filepath.Join(dir, "credentials")}
-	if err := creds.Init(); err != nil {
-		t.Fatal(err)
-	}
-	ports := orderlytest.ClusterPorts(t, 3)
-	env := make([][]string, 3)
-	for i := range 3 {
-		env[i] = append(os.Environ(), fmt.Sprintf("NATS_NAME=nats-%d", i), fmt.Sprintf("NATS_LISTEN=127.0.0.1:%d", ports.Client[i]),
-			fmt.Sprintf("NATS_HTTP=127.0.0.1:%d", orderlytest.FreePort(t)), fmt.Sprintf("NATS_CLUSTER_LISTEN=127.0.0.1:%d", ports.Route[i]),
-			"NATS_STORE_DIR="+t.TempDir())
-		for j := range 3 {
-			env[i] = append(env[i], fmt.Sprintf("NATS_ROUTE_%d=nats://127.0.0.1:%d", j+1, ports.Route[j]))
-		}
-	}
-	nodes := make([]*exec.Cmd, 3)
-	start := func(i int) {
-		cmd := exec.Command(bin, "-c", filepath.Join(dir, "node.conf"))
-		cmd.Env = env[i]
-		if os.Getenv("ORDERLY_TEST_LOG") != "" {
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = cmd
-	}
-	stop := func(i int) {
-		_ = nodes[i].Process.Signal(syscall.SIGTERM)
-		_ = nodes[i].Wait()
-	}
-	for i := range 3 {
-		start(i)
-	}
-	t.Cleanup(func() {
-		for _, cmd := range nodes {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	orderlytest.Setup(t, ports.URLs(), creds, 3)
+	d := startDeployedCluster(t)
+	creds, ports := d.creds, d.ports
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	operator, err := jsstore.DialJetStream(ports.URLs(), jsstore.Credentials{NkeyFile: creds.SeedPath(natsauth.Operator)}, "test")
@@ -801,8 +994,8 @@ func TestServiceKeyAfterRollingRestart(t *testing.T) {
 	// One node at a time, each back in the cluster (its consumer info
 	// answered through it) before the next stops.
 	for i := range 3 {
-		stop(i)
-		start(i)
+		d.stop(i)
+		d.start(i)
 		orderlytest.Eventually(t, 60*time.Second, fmt.Sprintf("node %d back", i), func() bool {
 			js, err := jsstore.DialJetStream(fmt.Sprintf("nats://127.0.0.1:%d", ports.Client[i]), jsstore.Credentials{NkeyFile: creds.SeedPath(natsauth.Operator)}, "probe")
 			if err != nil {

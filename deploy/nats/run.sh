@@ -1,0 +1,23 @@
+#!/bin/sh
+# Starts nats-server with node.conf beside this file, after putting the route
+# password (credentials/route.password, written by `orderly credentials init`)
+# into the three route URLs: nats-server takes a route's credentials from its
+# URL only (ADR 0024). docker-compose.yml and scripts/cluster.sh both start
+# their nodes with it.
+#   NATS_ROUTE_1..3  the nodes' route addresses, host:port
+#   NATS_SERVER      the nats-server binary (default: nats-server on PATH)
+# The rest of the environment is node.conf's.
+set -eu
+dir=$(dirname "$0")
+password=$(cat "$dir/credentials/route.password")
+case $password in
+  *[!0-9a-f]* | "") echo "run.sh: $dir/credentials/route.password is not a route password: run orderly credentials init" >&2; exit 1 ;;
+esac
+for var in NATS_ROUTE_1 NATS_ROUTE_2 NATS_ROUTE_3; do
+  eval "addr=\${$var:?$var: a route address, host:port}"
+  case $addr in
+    *://* | *@*) echo "run.sh: $var=$addr: give host:port only; the scheme and the credentials are added here" >&2; exit 1 ;;
+  esac
+  export "$var=nats://route:$password@$addr"
+done
+exec "${NATS_SERVER:-nats-server}" -c "$dir/node.conf"
