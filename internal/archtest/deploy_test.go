@@ -15,7 +15,8 @@ import (
 // the balancer's stats) listen on their container's own loopback; and every
 // NATS node starts through deploy/nats/run.sh, which puts the route password
 // into its route URLs (ADR 0024). docs/security.md's table of what listens
-// says the same.
+// says the same. Besides, every orderly role that runs for good has a
+// memory limit.
 func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 	b, err := os.ReadFile("../../docker-compose.yml")
 	if err != nil {
@@ -29,6 +30,8 @@ func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 			Ports       []string          `yaml:"ports"`
 			Volumes     []string          `yaml:"volumes"`
 			Profiles    []string          `yaml:"profiles"`
+			Restart     string            `yaml:"restart"`
+			MemLimit    string            `yaml:"mem_limit"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(b, &compose); err != nil {
@@ -59,6 +62,11 @@ func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 			if addr, ok := svc.Environment[v]; ok && !strings.HasPrefix(addr, "127.0.0.1:") {
 				t.Errorf("%s: %s=%s, which has no authentication: bind the container's loopback", name, v, addr)
 			}
+		}
+		// A role that runs for good has a memory limit, which it takes
+		// its Go memory limit from (ADR 0018).
+		if strings.HasPrefix(svc.Image, "orderly:") && svc.Restart != "no" && svc.MemLimit == "" {
+			t.Errorf("%s runs orderly without mem_limit", name)
 		}
 		if !strings.HasPrefix(svc.Image, "nats:") {
 			continue
