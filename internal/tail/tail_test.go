@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
@@ -370,10 +372,22 @@ func TestTailAsTheEventsUserIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(js.Conn().Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// As the CLI does: the violation ends the command at once, rather than
+	// the refused request's timeout.
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 5*time.Second, errors.New("no violation reported in 5 s"))
 	defer cancel()
+	ctx, denied := context.WithCancelCause(ctx)
+	defer denied(nil)
+	js.Conn().SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			denied(err)
+		}
+	})
 	var out bytes.Buffer
 	_, err = tail.Tail(ctx, js, tail.Options{}, &out)
+	if err == nil {
+		err = context.Cause(ctx)
+	}
 	if err = jsstore.WithDenied(err, js.Conn()); err == nil || !strings.Contains(err.Error(), "CONSUMER.CREATE.ORDER_EVENTS") {
 		t.Fatalf("tail as the events user: %v, want the refused consumer creation named", err)
 	}
