@@ -16,7 +16,7 @@ trap cleanup EXIT
 
 echo "building orderly and the nats CLI $NATSCLI_VERSION" >&2
 go build -o "$work/bin/orderly" ./cmd/orderly
-GOBIN="$work/bin" GOFLAGS= go install "github.com/nats-io/natscli/nats@$NATSCLI_VERSION"
+GOBIN="$work/bin" GOFLAGS='' go install "github.com/nats-io/natscli/nats@$NATSCLI_VERSION"
 export PATH="$work/bin:$PATH"
 
 # The commands: lines starting with "nats " in ```sh blocks, with their

@@ -13,11 +13,16 @@ password=$(cat "$dir/credentials/route.password")
 case $password in
   *[!0-9a-f]* | "") echo "run.sh: $dir/credentials/route.password is not a route password: run orderly credentials init" >&2; exit 1 ;;
 esac
-for var in NATS_ROUTE_1 NATS_ROUTE_2 NATS_ROUTE_3; do
-  eval "addr=\${$var:?$var: a route address, host:port}"
-  case $addr in
-    *://* | *@*) echo "run.sh: $var=$addr: give host:port only; the scheme and the credentials are added here" >&2; exit 1 ;;
+# route NAME VALUE: VALUE (host:port) as a route URL with the password.
+route() {
+  case $2 in
+    "") echo "run.sh: $1 is not set: give a route address, host:port" >&2; exit 1 ;;
+    *://* | *@*) echo "run.sh: $1=$2: give host:port only; the scheme and the credentials are added here" >&2; exit 1 ;;
   esac
-  export "$var=nats://route:$password@$addr"
-done
+  echo "nats://route:$password@$2"
+}
+NATS_ROUTE_1=$(route NATS_ROUTE_1 "${NATS_ROUTE_1:-}")
+NATS_ROUTE_2=$(route NATS_ROUTE_2 "${NATS_ROUTE_2:-}")
+NATS_ROUTE_3=$(route NATS_ROUTE_3 "${NATS_ROUTE_3:-}")
+export NATS_ROUTE_1 NATS_ROUTE_2 NATS_ROUTE_3
 exec "${NATS_SERVER:-nats-server}" -c "$dir/node.conf"
