@@ -767,6 +767,40 @@ func TestNegativeValuesAreRefused(t *testing.T) {
 	}
 }
 
+// TestCredentialsInitTellsOfANewRoutePassword: credentials init on the
+// directory of a cluster made before its routes had a password (ADR 0024)
+// writes one and says that the nodes must restart together; on a new
+// directory, or once the password exists, it says nothing of it.
+func TestCredentialsInitTellsOfANewRoutePassword(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := filepath.Join(t.TempDir(), "credentials")
+	const restart = "restart every NATS node of the cluster at once"
+	initDir := func() string {
+		t.Helper()
+		out, err := exec.Command(bin, "credentials", "init", dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("init: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	if out := initDir(); strings.Contains(out, restart) || !strings.Contains(out, natsauth.RoutePasswordFile) {
+		t.Fatalf("init of a new directory:\n%s", out)
+	}
+	if err := os.Remove(filepath.Join(dir, natsauth.RoutePasswordFile)); err != nil {
+		t.Fatal(err)
+	}
+	if out := initDir(); !strings.Contains(out, restart) {
+		t.Fatalf("init of a directory without a route password:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, natsauth.RoutePasswordFile)); err != nil {
+		t.Fatal(err)
+	}
+	if out := initDir(); strings.Contains(out, restart) {
+		t.Fatalf("init once the password exists:\n%s", out)
+	}
+}
+
 // TestServiceKeys: orderly credentials service add, list and remove on a
 // credentials directory; orderly credentials init (which orderly serve runs
 // at every start) keeps the services' accounts in the configuration.

@@ -143,6 +143,10 @@ type CredentialsInitCmd struct {
 // Run creates the credentials.
 func (c *CredentialsInitCmd) Run() error {
 	creds := natsauth.Credentials{Dir: c.Dir}
+	// A directory of a cluster made before its routes had a password.
+	_, confErr := os.Stat(creds.ConfigPath())
+	_, routeErr := os.Stat(creds.RoutePasswordPath())
+	newRoutePassword := confErr == nil && routeErr != nil
 	if err := creds.Init(); err != nil {
 		return err
 	}
@@ -160,5 +164,8 @@ func (c *CredentialsInitCmd) Run() error {
 	fmt.Printf("  %-10s %s\n", natsauth.RouteUser, creds.RoutePasswordPath())
 	fmt.Printf("include %s from every nats-server's configuration, and %s from its cluster block; routes authenticate as user %s with the password of %s (deploy/nats/run.sh puts it into the route URLs)\n",
 		creds.ConfigPath(), creds.RouteConfigPath(), natsauth.RouteUser, creds.RoutePasswordPath())
+	if newRoutePassword {
+		fmt.Printf("a new route password in a directory that had none: restart every NATS node of the cluster at once, with deploy/nats/node.conf and run.sh of this version (a node that asks for it refuses the routes of one that does not send it; docs/operations.md, rotating NATS credentials)\n")
+	}
 	return nil
 }
