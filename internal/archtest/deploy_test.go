@@ -16,7 +16,7 @@ import (
 // NATS node starts through deploy/nats/run.sh, which puts the route password
 // into its route URLs (ADR 0024). docs/security.md's table of what listens
 // says the same. Besides, every orderly role that runs for good has a
-// memory limit.
+// memory limit, and a NATS node stops in lame-duck mode.
 func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 	b, err := os.ReadFile("../../docker-compose.yml")
 	if err != nil {
@@ -32,6 +32,7 @@ func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 			Profiles    []string          `yaml:"profiles"`
 			Restart     string            `yaml:"restart"`
 			MemLimit    string            `yaml:"mem_limit"`
+			StopSignal  string            `yaml:"stop_signal"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(b, &compose); err != nil {
@@ -79,6 +80,9 @@ func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 			if !slices.Contains(svc.Volumes, want) {
 				t.Errorf("%s does not mount %s", name, want)
 			}
+		}
+		if svc.StopSignal != "SIGUSR2" {
+			t.Errorf("%s: stop_signal %q, want SIGUSR2 (lame-duck mode: its clients move before it stops)", name, svc.StopSignal)
 		}
 		for _, v := range []string{"NATS_ROUTE_1", "NATS_ROUTE_2", "NATS_ROUTE_3"} {
 			if addr := svc.Environment[v]; addr == "" || strings.Contains(addr, "://") || strings.Contains(addr, "@") {
