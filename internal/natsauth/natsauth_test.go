@@ -724,8 +724,12 @@ func TestRoutePasswordIsKeptAndPrivate(t *testing.T) {
 	if len(password) != 64 {
 		t.Fatalf("route password %d characters, want 64 hex digits", len(password))
 	}
-	if st, err := os.Stat(creds.RoutePasswordPath()); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("route password file: %v %v, want mode 0600", st.Mode(), err)
+	st, err := os.Stat(creds.RoutePasswordPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("route password file: mode %v, want 0600", st.Mode().Perm())
 	}
 	fragment := creds.RouteConfigPath()
 	conf, err := os.ReadFile(fragment)
