@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -440,6 +441,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.shutErr
 }
 
+// closeTogether closes every closer at once and returns their errors. The
+// pipelines close this way: each waits up to its CloseTimeout for the
+// messages in hand, so one after the other a process with two (serve with
+// --roles api,processor,projector) would wait up to twice as long.
+func closeTogether[C io.Closer](cs []C) []error {
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { errs[i] = c.Close() })
+	}
+	wg.Wait()
+	return errs
+}
+
 func (s *Server) shutdown(ctx context.Context) error {
 	began := time.Now()
 	s.stopping.Store(true)
@@ -458,11 +473,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if s.durable != nil {
 		s.durable.Stop()
 	}
-	for _, p := range s.pipelines {
-		if err := p.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, closeTogether(s.pipelines)...)
 	s.fault.stop()
 	for _, b := range s.batchers {
 		b.Stop()
