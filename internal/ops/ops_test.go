@@ -19,6 +19,13 @@ func serve(t *testing.T, h http.Handler, method, path string) *httptest.Response
 	return serveFrom(t, h, "127.0.0.1:40000", method, path)
 }
 
+// registryWithACounter is a registry whose /metrics shows orderly_test_total.
+func registryWithACounter() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "orderly_test_total", Help: "t"}))
+	return reg
+}
+
 // serveFrom serves a request from the client at remote, with header lines.
 func serveFrom(t *testing.T, h http.Handler, remote, method, path string, header ...string) *httptest.ResponseRecorder {
 	t.Helper()
@@ -38,8 +45,7 @@ func serveFrom(t *testing.T, h http.Handler, remote, method, path string, header
 // they are, and nobody else, on the host or not.
 func TestMetricsNeedLoopbackOrToken(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "orderly_test_total", Help: "t"}))
+	reg := registryWithACounter()
 	open, err := ops.NewHandler(ops.Config{}, nil, nil, reg)
 	if err != nil {
 		t.Fatal(err)
@@ -152,8 +158,7 @@ func TestReadyzNamesEachCheck(t *testing.T) {
 
 func TestHealthzMetricsAndHead(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "orderly_test_total", Help: "t"}))
+	reg := registryWithACounter()
 	h, err := ops.NewHandler(ops.Config{}, nil, nil, reg)
 	if err != nil {
 		t.Fatal(err)
