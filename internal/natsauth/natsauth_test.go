@@ -781,6 +781,68 @@ func TestRoutePasswordIsKeptAndPrivate(t *testing.T) {
 	}
 }
 
+// TestRunShTakesTheRoutePasswordsCheckTakes: deploy/nats/run.sh starts
+// nats-server only with a route password that orderly's Check takes (at
+// least 32 hex digits), the one it puts into the route URLs. Before, it took
+// any hex, so a truncated file started a node that orderly refused.
+func TestRunShTakesTheRoutePasswordsCheckTakes(t *testing.T) {
+	t.Parallel()
+	script, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats", "run.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, password string
+		starts         bool
+	}{
+		{"from credentials init", "(init's)", true},
+		{"32 hex digits", strings.Repeat("a1", 16), true},
+		{"31 hex digits", strings.Repeat("a", 31), false},
+		{"short", "abc", false},
+		{"empty", "\n", false},
+		{"not hex", strings.Repeat("A", 40), false},
+		{"a URL's characters", "route:pass@evil" + strings.Repeat("a", 32), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "run.sh"), script, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			creds := natsauth.Credentials{Dir: filepath.Join(dir, "credentials")}
+			if err := creds.Init(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.password != "(init's)" {
+				if err := os.WriteFile(creds.RoutePasswordPath(), []byte(tc.password+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, checkErr := creds.RoutePassword()
+			// NATS_SERVER is a stand-in that prints the route URL run.sh
+			// exported, so a start is seen without a server.
+			stub := filepath.Join(dir, "nats-server")
+			if err := os.WriteFile(stub, []byte("#!/bin/sh\nprintenv NATS_ROUTE_1\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("sh", filepath.Join(dir, "run.sh"))
+			cmd.Env = append(os.Environ(), "NATS_SERVER="+stub, "NATS_ROUTE_1=127.0.0.1:1", "NATS_ROUTE_2=127.0.0.1:2", "NATS_ROUTE_3=127.0.0.1:3")
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, runErr := cmd.Output()
+			started := runErr == nil && strings.HasPrefix(string(out), "nats://route:")
+			if started != tc.starts {
+				t.Fatalf("run.sh started nats-server: %v, want %v (error %v, stderr %q)", started, tc.starts, runErr, stderr.String())
+			}
+			if started != (checkErr == nil) {
+				t.Fatalf("run.sh started: %v, but orderly's check says %v", started, checkErr)
+			}
+			if !started && !strings.Contains(stderr.String(), "at least 32 hex digits") {
+				t.Fatalf("run.sh's refusal: %q, want the reason", stderr.String())
+			}
+		})
+	}
+}
+
 // deployedCluster is deploy/nats/node.conf run by deploy/nats/run.sh, as
 // the compose file and scripts/cluster.sh run them: three nats-server
 // processes whose credentials (users and the route password) come from
