@@ -233,7 +233,7 @@ const localOperatorKey = "data/credentials/operator.nk"
 
 func (t ToolNATS) creds() jsstore.Credentials {
 	c := t.credentials()
-	if c == (jsstore.Credentials{}) {
+	if !c.Authenticated() {
 		if _, err := os.Stat(localOperatorKey); err == nil {
 			c.NkeyFile = localOperatorKey
 		}

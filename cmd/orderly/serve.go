@@ -26,10 +26,11 @@ type CredFlags struct {
 	CredsFile string `name:"nats-creds" env:"ORDERLY_NATS_CREDS" type:"path" help:"NATS .creds file (a JWT and its seed) to connect with."`
 	User      string `name:"nats-user" env:"ORDERLY_NATS_USER" help:"NATS user name, with --nats-password."`
 	Password  string `name:"nats-password" env:"ORDERLY_NATS_PASSWORD" help:"NATS password (prefer the environment variable: a flag shows in the process list)."`
+	CAFile    string `name:"nats-ca" env:"ORDERLY_NATS_CA" type:"path" help:"PEM file of the CA(s) that signed the NATS servers' TLS certificates: the connection then requires TLS (also with nats:// URLs) and trusts these CAs only; read again at every reconnect. For NATS reached over a network you do not control (docs/security.md)."`
 }
 
 func (c CredFlags) credentials() jsstore.Credentials {
-	return jsstore.Credentials{NkeyFile: c.NkeyFile, CredsFile: c.CredsFile, User: c.User, Password: c.Password}
+	return jsstore.Credentials{NkeyFile: c.NkeyFile, CredsFile: c.CredsFile, User: c.User, Password: c.Password, CAFile: c.CAFile}
 }
 
 // NATSFlags locate NATS for the roles.

@@ -3,6 +3,7 @@ package jsstore
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,12 @@ type Credentials struct {
 	// InboxPrefix is where the user may receive replies; empty is nats.go's
 	// _INBOX (ConnectConfig.InboxPrefix, when set, wins).
 	InboxPrefix string
+	// CAFile, when set, is a PEM file of the certificate authorities that
+	// signed the servers' TLS certificates. The connection then requires
+	// TLS, whatever the URL's scheme, and trusts those authorities only,
+	// not the system's. The file is read again at every (re)connect, so a
+	// renewed bundle is taken without a restart.
+	CAFile string
 }
 
 // options are the nats.go options of c, or an error when more than one kind
@@ -78,7 +85,46 @@ func (c Credentials) options() ([]nats.Option, error) {
 	if c.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
+	if c.CAFile != "" {
+		// nats.RootCAs reads the file once here, so that a missing or
+		// unparsable one fails now, and again at each connect.
+		if err := nats.RootCAs(c.CAFile)(&nats.Options{}); err != nil {
+			return nil, fmt.Errorf("--nats-ca %s: no PEM certificate could be read from it (%w)", c.CAFile, err)
+		}
+		opts = append(opts, nats.RootCAs(c.CAFile))
+	}
 	return opts, nil
+}
+
+// Authenticated tells whether c names a user to connect as (not only a CA
+// or an inbox prefix).
+func (c Credentials) Authenticated() bool {
+	return c.NkeyFile != "" || c.CredsFile != "" || c.User != "" || c.Password != ""
+}
+
+// ErrTLS says that a connection's TLS cannot work as configured: the
+// server's certificate is not trusted, or TLS is asked for and the server
+// does not offer it. Waiting does not help, so Connect returns it once every
+// try has met it for tlsPatience.
+var ErrTLS = errors.New("NATS TLS")
+
+// tlsPatience is how long Connect goes on trying while each try meets a TLS
+// refusal: several rounds of the servers at the reconnect wait of 250 ms.
+const tlsPatience = 2 * time.Second
+
+// tlsRefusal is a permanent TLS failure of a connection as an error that
+// says what to do, or nil when err is not one.
+func tlsRefusal(err error, caFile string) error {
+	var verify *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &verify) && caFile != "":
+		return fmt.Errorf("%w: the server's certificate does not verify against the CAs of --nats-ca %s (%v)", ErrTLS, caFile, verify.Err)
+	case errors.As(err, &verify):
+		return fmt.Errorf("%w: the server's certificate is not trusted (%v): give the CA that signed it with --nats-ca", ErrTLS, verify.Err)
+	case errors.Is(err, nats.ErrSecureConnWanted):
+		return fmt.Errorf("%w: --nats-ca asks for TLS, and the server does not offer it (configure tls {} on the server, or leave --nats-ca out on a network you trust)", ErrTLS)
+	}
+	return nil
 }
 
 // Redact removes passwords and tokens from a comma-separated list of NATS
@@ -160,6 +206,7 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), err)
 	}
 	start, said := time.Now(), time.Now()
+	var refused time.Time // since when every try has met a TLS refusal
 	for !nc.IsConnected() {
 		select {
 		case <-ctx.Done():
@@ -174,6 +221,16 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 		if last := nc.LastError(); IsAuthError(last) {
 			nc.Close()
 			return nil, fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %w", Redact(url), last, ErrCredentials)
+		} else if err := tlsRefusal(last, cfg.Credentials.CAFile); err == nil {
+			refused = time.Time{}
+		} else if refused.IsZero() {
+			refused = time.Now()
+		} else if time.Since(refused) >= tlsPatience {
+			// Not at the first refusal: nats.go tries every server of the
+			// URL list in turn, and one node with a bad certificate must
+			// not stop a process that another node would take.
+			nc.Close()
+			return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), err)
 		}
 		if time.Since(said) >= 5*time.Second {
 			said = time.Now()
@@ -209,6 +266,9 @@ func Dial(url string, creds Credentials, name string) (*nats.Conn, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second), nats.ErrorHandler(toolAsyncError)}, auth...)...)
 	if IsAuthError(err) {
 		return nil, fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %w", Redact(url), err, ErrCredentials)
+	}
+	if refusal := tlsRefusal(err, creds.CAFile); refusal != nil {
+		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), refusal)
 	}
 	if errors.Is(err, nats.ErrNoServers) {
 		return nil, fmt.Errorf("connect to NATS %s: %w: nothing answers there; start orderly serve (its embedded server listens on 127.0.0.1:4222 unless --nats-listen says otherwise), or point --nats-url at orderly's NATS", Redact(url), err)
