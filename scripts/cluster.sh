@@ -2,7 +2,8 @@
 # The topology of docker-compose.yml on one machine, without Docker, from the
 # same config files (deploy/nats/node.conf and run.sh, deploy/haproxy/haproxy.cfg):
 # three nats-server processes built from the pinned Go module (their routes
-# authenticated with the route password of orderly credentials init), orderly setup
+# authenticated with the route password of orderly credentials init, and every
+# connection TLS with its CA), orderly setup
 # (R3), two APIs, two processors, and HAProxy (Debian's package)
 # in front of the APIs.
 #
@@ -28,6 +29,9 @@ LB=127.0.0.1:$((BASE + 80))
 NATS_URLS="nats://127.0.0.1:$((BASE + 221)),nats://127.0.0.1:$((BASE + 222)),nats://127.0.0.1:$((BASE + 223))"
 CREDS=$DIR/nats/credentials
 ORDERLY=$DIR/bin/orderly
+# The nodes speak TLS only (node.conf, ADR 0025): every orderly command
+# below trusts the CA of orderly credentials init.
+export ORDERLY_NATS_CA=$PWD/$CREDS/tls-ca.pem
 
 say() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -106,7 +110,7 @@ up() {
 $(date +%H:%M:%S) cluster up:
   API (through HAProxy)  http://$LB          stats http://127.0.0.1:$((BASE + 404))/stats
   NATS                   $NATS_URLS
-  operator key           $CREDS/operator.nk   (orderly status --nats-url $NATS_URLS --nats-nkey $CREDS/operator.nk)
+  operator key           $CREDS/operator.nk   (orderly status --nats-url $NATS_URLS --nats-nkey $CREDS/operator.nk --nats-ca $CREDS/tls-ca.pem)
   logs                   $DIR/logs/
 EOF
 }

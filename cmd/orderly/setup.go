@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
@@ -46,7 +47,7 @@ func (c *SetupCmd) Run(g *globals) error {
 
 // CredentialsCmd groups the credential tools.
 type CredentialsCmd struct {
-	Init    CredentialsInitCmd    `cmd:"" help:"Create the NATS users' nkey seeds and the cluster's route password (mode 0600) that are missing in a directory, and the nats-server configuration fragments to include from every node's config: nats-accounts.conf (accounts, users, permissions) and nats-route.conf (the route user, the password's bcrypt hash). Existing secrets are kept."`
+	Init    CredentialsInitCmd    `cmd:"" help:"Create the NATS users' nkey seeds, the cluster's route password and its TLS CA and node certificate (keys mode 0600) that are missing in a directory, and the nats-server configuration fragments to include from every node's config: nats-accounts.conf (accounts, users, permissions) and nats-route.conf (the route user, the password's bcrypt hash). Existing secrets are kept; the node certificate is issued again when it lacks a --tls-host or expires within 30 days."`
 	Service CredentialsServiceCmd `cmd:"" help:"Give a consumer service a NATS key of its own (add, remove, list): in an account of its own, it reads ORDER_EVENTS and pulls from and acks its own consumer only (docs/events.md)."`
 }
 
@@ -137,7 +138,8 @@ func (c *CredentialsServiceListCmd) Run() error {
 
 // CredentialsInitCmd is orderly credentials init.
 type CredentialsInitCmd struct {
-	Dir string `name:"dir" arg:"" type:"path" help:"Directory for the seeds, the route password and the configuration fragments."`
+	Dir      string   `name:"dir" arg:"" type:"path" help:"Directory for the seeds, the route password, the TLS files and the configuration fragments."`
+	TLSHosts []string `name:"tls-host" env:"ORDERLY_TLS_HOSTS" sep:"," help:"Names or addresses the NATS nodes are reached at, besides nats-1, nats-2, nats-3, localhost, 127.0.0.1 and ::1: the nodes' certificate (tls-node.pem) must hold every one that a client or a route dials. Repeat it or separate with commas."`
 }
 
 // Run creates the credentials.
@@ -147,10 +149,18 @@ func (c *CredentialsInitCmd) Run() error {
 	_, confErr := os.Stat(creds.ConfigPath())
 	_, routeErr := os.Stat(creds.RoutePasswordPath())
 	newRoutePassword := confErr == nil && routeErr != nil
+	newCredentials := confErr != nil
 	if err := creds.Init(); err != nil {
 		return err
 	}
 	if err := creds.Check(); err != nil {
+		return err
+	}
+	issued, err := creds.InitTLS(c.TLSHosts)
+	if err != nil {
+		return err
+	}
+	if err := creds.CheckTLS(); err != nil {
 		return err
 	}
 	fmt.Printf("NATS credentials in %s:\n", c.Dir)
@@ -164,6 +174,14 @@ func (c *CredentialsInitCmd) Run() error {
 	fmt.Printf("  %-10s %s\n", natsauth.RouteUser, creds.RoutePasswordPath())
 	fmt.Printf("include %s from every nats-server's configuration, and %s from its cluster block; routes authenticate as user %s with the password of %s (deploy/nats/run.sh puts it into the route URLs)\n",
 		creds.ConfigPath(), creds.RouteConfigPath(), natsauth.RouteUser, creds.RoutePasswordPath())
+	fmt.Printf("  %-10s %s (for every orderly process: --nats-ca); the nodes' certificate %s, for %s, until %s\n", "TLS CA", creds.TLSPath(natsauth.TLSCAFile),
+		creds.TLSPath(natsauth.TLSNodeFile), strings.Join(issued.Hosts, ", "), issued.Expires.Format(time.DateOnly))
+	switch {
+	case issued.CA && !newCredentials:
+		fmt.Printf("a new TLS CA: restart every NATS node and every orderly process, which must all trust it (docs/operations.md, rotating NATS credentials)\n")
+	case issued.Node && !issued.CA:
+		fmt.Printf("the nodes' certificate was issued again (%s): restart the NATS nodes one at a time to take it; clients keep trusting the same CA\n", issued.Reason)
+	}
 	if newRoutePassword {
 		fmt.Printf("a new route password in a directory that had none: restart every NATS node of the cluster at once, with deploy/nats/node.conf and run.sh of this version (a node that asks for it refuses the routes of one that does not send it; docs/operations.md, rotating NATS credentials)\n")
 	}

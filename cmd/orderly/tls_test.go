@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -60,5 +61,44 @@ func TestRolesOverTLS(t *testing.T) {
 		"--http-addr", fmt.Sprintf("127.0.0.1:%d", orderlytest.FreePort(t)), "--nats-listen", fmt.Sprintf("127.0.0.1:%d", orderlytest.FreePort(t)))
 	if err == nil || !strings.Contains(out, "only with --nats-url") {
 		t.Fatalf("serve with its embedded server and --nats-ca: %v\n%s", err, out)
+	}
+}
+
+// TestCredentialsInitTellsOfTLS: credentials init names the CA to give
+// every process and the names of the nodes' certificate; it says when it
+// issued the certificate again (a new --tls-host) or made a new CA in a
+// directory that had credentials, each with the restart it needs, and
+// nothing of the kind when it changed nothing.
+func TestCredentialsInitTellsOfTLS(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := filepath.Join(t.TempDir(), "credentials")
+	initDir := func(args ...string) (string, error) {
+		out, err := exec.Command(bin, append([]string{"credentials", "init", dir}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	const reissued, newCA = "issued again", "a new TLS CA"
+	out, err := initDir()
+	if err != nil || !strings.Contains(out, filepath.Join(dir, natsauth.TLSCAFile)) || !strings.Contains(out, "--nats-ca") ||
+		!strings.Contains(out, "nats-1, nats-2, nats-3") || strings.Contains(out, reissued) || strings.Contains(out, newCA) {
+		t.Fatalf("init of a new directory: %v\n%s", err, out)
+	}
+	if out, err := initDir("--tls-host", "nats.example.com,10.1.2.3"); err != nil || !strings.Contains(out, reissued+" (not valid for nats.example.com)") ||
+		!strings.Contains(out, "one at a time") || !strings.Contains(out, "10.1.2.3") {
+		t.Fatalf("init with new TLS hosts: %v\n%s", err, out)
+	}
+	if out, err := initDir(); err != nil || strings.Contains(out, reissued) || !strings.Contains(out, "nats.example.com") {
+		t.Fatalf("init again: %v\n%s", err, out)
+	}
+	for _, f := range []string{natsauth.TLSCAFile, natsauth.TLSCAKeyFile} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := initDir(); err != nil || !strings.Contains(out, newCA) || !strings.Contains(out, "every orderly process") {
+		t.Fatalf("init after the CA was deleted: %v\n%s", err, out)
+	}
+	if out, err := initDir("--tls-host", "not a name"); err == nil || !strings.Contains(out, `"not a name"`) {
+		t.Fatalf("init with a TLS host that is not a name: %v\n%s", err, out)
 	}
 }

@@ -6,6 +6,9 @@
 # their nodes with it.
 #   NATS_ROUTE_1..3  the nodes' route addresses, host:port
 #   NATS_SERVER      the nats-server binary (default: nats-server on PATH)
+# It also gives node.conf the paths of the TLS files beside it
+# (credentials/tls-*.pem, tls-*.key, from the same init; ADR 0025) as
+# NATS_TLS_CA, NATS_TLS_CERT and NATS_TLS_KEY.
 # The rest of the environment is node.conf's.
 set -eu
 dir=$(dirname "$0")
@@ -31,4 +34,14 @@ NATS_ROUTE_1=$(route NATS_ROUTE_1 "${NATS_ROUTE_1:-}")
 NATS_ROUTE_2=$(route NATS_ROUTE_2 "${NATS_ROUTE_2:-}")
 NATS_ROUTE_3=$(route NATS_ROUTE_3 "${NATS_ROUTE_3:-}")
 export NATS_ROUTE_1 NATS_ROUTE_2 NATS_ROUTE_3
+# nats-server reads a TLS file from the path as given, relative to its
+# working directory: hand it absolute ones.
+abs=$(cd "$dir" && pwd)
+NATS_TLS_CA=$abs/credentials/tls-ca.pem
+NATS_TLS_CERT=$abs/credentials/tls-node.pem
+NATS_TLS_KEY=$abs/credentials/tls-node.key
+for f in "$NATS_TLS_CA" "$NATS_TLS_CERT" "$NATS_TLS_KEY"; do
+  [ -r "$f" ] || { echo "run.sh: $f is missing: run orderly credentials init (this version writes the cluster's TLS files)" >&2; exit 1; }
+done
+export NATS_TLS_CA NATS_TLS_CERT NATS_TLS_KEY
 exec "${NATS_SERVER:-nats-server}" -c "$dir/node.conf"

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/orderly-dev/orderly/internal/natsauth"
 )
 
 // TestComposeOpensNothingWithoutAuthentication: what docker-compose.yml
@@ -14,7 +16,9 @@ import (
 // balancer (ADR 0017); the ports nothing authenticates (NATS monitoring,
 // the balancer's stats) listen on their container's own loopback; and every
 // NATS node starts through deploy/nats/run.sh, which puts the route password
-// into its route URLs (ADR 0024). docs/security.md's table of what listens
+// into its route URLs (ADR 0024), and every orderly process trusts the
+// cluster's CA, dialing names its certificate holds (ADR 0025).
+// docs/security.md's table of what listens
 // says the same. Besides, every orderly role that runs for good has a
 // memory limit, and a NATS node stops in lame-duck mode.
 func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
@@ -64,6 +68,19 @@ func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 				t.Errorf("%s: %s=%s, which has no authentication: bind the container's loopback", name, v, addr)
 			}
 		}
+		// Every NATS connection is TLS (ADR 0025): an orderly process trusts
+		// the credentials volume's CA, and dials the nodes by names their
+		// certificate holds.
+		if urls, ok := svc.Environment["ORDERLY_NATS_URL"]; ok {
+			if ca := svc.Environment["ORDERLY_NATS_CA"]; ca != "/credentials/"+natsauth.TLSCAFile {
+				t.Errorf("%s: ORDERLY_NATS_CA=%q, want /credentials/%s (the nodes ask for TLS)", name, ca, natsauth.TLSCAFile)
+			}
+			for _, u := range strings.Split(urls, ",") {
+				if host := strings.Split(strings.TrimPrefix(u, "nats://"), ":")[0]; !slices.Contains(natsauth.DefaultTLSHosts, host) {
+					t.Errorf("%s dials NATS at %s, a name the nodes' certificate does not hold (natsauth.DefaultTLSHosts)", name, host)
+				}
+			}
+		}
 		// A role that runs for good has a memory limit, which it takes
 		// its Go memory limit from (ADR 0018).
 		if strings.HasPrefix(svc.Image, "orderly:") && svc.Restart != "no" && svc.MemLimit == "" {
@@ -85,8 +102,12 @@ func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 			t.Errorf("%s: stop_signal %q, want SIGUSR2 (lame-duck mode: its clients move before it stops)", name, svc.StopSignal)
 		}
 		for _, v := range []string{"NATS_ROUTE_1", "NATS_ROUTE_2", "NATS_ROUTE_3"} {
-			if addr := svc.Environment[v]; addr == "" || strings.Contains(addr, "://") || strings.Contains(addr, "@") {
+			addr := svc.Environment[v]
+			if addr == "" || strings.Contains(addr, "://") || strings.Contains(addr, "@") {
 				t.Errorf("%s: %s=%q, want host:port (run.sh adds the scheme and the password)", name, v, addr)
+			}
+			if host, _, _ := strings.Cut(addr, ":"); !slices.Contains(natsauth.DefaultTLSHosts, host) {
+				t.Errorf("%s: %s=%q, a name the nodes' certificate does not hold: routes are TLS (natsauth.DefaultTLSHosts)", name, v, addr)
 			}
 		}
 	}

@@ -1,10 +1,12 @@
 package natsauth_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -784,7 +786,8 @@ func TestRoutePasswordIsKeptAndPrivate(t *testing.T) {
 // TestRunShTakesTheRoutePasswordsCheckTakes: deploy/nats/run.sh starts
 // nats-server only with a route password that orderly's Check takes (at
 // least 32 hex digits), the one it puts into the route URLs. Before, it took
-// any hex, so a truncated file started a node that orderly refused.
+// any hex, so a truncated file started a node that orderly refused. It also
+// refuses to start without the TLS files that node.conf names.
 func TestRunShTakesTheRoutePasswordsCheckTakes(t *testing.T) {
 	t.Parallel()
 	script, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats", "run.sh"))
@@ -794,14 +797,17 @@ func TestRunShTakesTheRoutePasswordsCheckTakes(t *testing.T) {
 	for _, tc := range []struct {
 		name, password string
 		starts         bool
+		tlsMissing     string // a TLS file removed after init
 	}{
-		{"from credentials init", "(init's)", true},
-		{"32 hex digits", strings.Repeat("a1", 16), true},
-		{"31 hex digits", strings.Repeat("a", 31), false},
-		{"short", "abc", false},
-		{"empty", "\n", false},
-		{"not hex", strings.Repeat("A", 40), false},
-		{"a URL's characters", "route:pass@evil" + strings.Repeat("a", 32), false},
+		{"from credentials init", "(init's)", true, ""},
+		{"without the node's TLS key", "(init's)", false, natsauth.TLSNodeKeyFile},
+		{"without the TLS CA", "(init's)", false, natsauth.TLSCAFile},
+		{"32 hex digits", strings.Repeat("a1", 16), true, ""},
+		{"31 hex digits", strings.Repeat("a", 31), false, ""},
+		{"short", "abc", false, ""},
+		{"empty", "\n", false, ""},
+		{"not hex", strings.Repeat("A", 40), false, ""},
+		{"a URL's characters", "route:pass@evil" + strings.Repeat("a", 32), false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -811,6 +817,14 @@ func TestRunShTakesTheRoutePasswordsCheckTakes(t *testing.T) {
 			creds := natsauth.Credentials{Dir: filepath.Join(dir, "credentials")}
 			if err := creds.Init(); err != nil {
 				t.Fatal(err)
+			}
+			if _, err := creds.InitTLS(nil); err != nil {
+				t.Fatal(err)
+			}
+			if tc.tlsMissing != "" {
+				if err := os.Remove(creds.TLSPath(tc.tlsMissing)); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if tc.password != "(init's)" {
 				if err := os.WriteFile(creds.RoutePasswordPath(), []byte(tc.password+"\n"), 0o600); err != nil {
@@ -832,6 +846,12 @@ func TestRunShTakesTheRoutePasswordsCheckTakes(t *testing.T) {
 			started := runErr == nil && strings.HasPrefix(string(out), "nats://route:")
 			if started != tc.starts {
 				t.Fatalf("run.sh started nats-server: %v, want %v (error %v, stderr %q)", started, tc.starts, runErr, stderr.String())
+			}
+			if tc.tlsMissing != "" {
+				if !strings.Contains(stderr.String(), tc.tlsMissing+" is missing") {
+					t.Fatalf("run.sh's refusal: %q, want the missing TLS file named", stderr.String())
+				}
+				return
 			}
 			if started != (checkErr == nil) {
 				t.Fatalf("run.sh started: %v, but orderly's check says %v", started, checkErr)
@@ -873,6 +893,9 @@ func startDeployedCluster(t *testing.T) *deployedCluster {
 	}
 	d.creds = natsauth.Credentials{Dir: filepath.Join(d.dir, "credentials")}
 	if err := d.creds.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.creds.InitTLS(nil); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
@@ -939,12 +962,14 @@ func (d *deployedCluster) routesFrom(i int) map[string]bool {
 
 // TestRoutesNeedThePassword: the deployed cluster's route port refuses a
 // server that does not give the route password of orderly credentials init,
-// and takes one that does (so the refusal is not a server that cannot
+// or that does not speak TLS with a certificate of the cluster's CA, and
+// takes one that does both (so the refusal is not a server that cannot
 // connect at all). Before ADR 0024 any server that reached the port joined
-// the cluster and saw every account's traffic.
+// the cluster and saw every account's traffic; before ADR 0025 that traffic
+// crossed the network in clear text.
 func TestRoutesNeedThePassword(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts four nats-server processes; run without -short")
+		t.Skip("starts nine nats-server processes; run without -short")
 	}
 	t.Parallel()
 	d := startDeployedCluster(t)
@@ -961,16 +986,25 @@ func TestRoutesNeedThePassword(t *testing.T) {
 			}
 		}
 	}
+	cluster := orderlytest.TLSFiles{CA: d.creds.TLSPath(natsauth.TLSCAFile), Cert: d.creds.TLSPath(natsauth.TLSNodeFile), Key: d.creds.TLSPath(natsauth.TLSNodeKeyFile)}
 	// A server that names a route to every node, as one of the cluster's
-	// own would.
-	join := func(name, userinfo string) {
-		args := []string{"-a", "127.0.0.1", "-p", fmt.Sprint(orderlytest.FreePort(t)), "-n", name,
-			"--cluster_name", "orderly", "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", orderlytest.FreePort(t))}
+	// own would, with TLS files (or none) on its routes.
+	join := func(name, userinfo string, tls orderlytest.TLSFiles) {
 		var routes []string
 		for _, port := range d.ports.Route {
-			routes = append(routes, fmt.Sprintf("nats://%s127.0.0.1:%d", userinfo, port))
+			routes = append(routes, fmt.Sprintf("%q", fmt.Sprintf("nats://%s127.0.0.1:%d", userinfo, port)))
 		}
-		cmd := exec.Command(d.bin, append(args, "--routes", strings.Join(routes, ","))...)
+		conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\ncluster {\n  name: orderly\n  listen: 127.0.0.1:%d\n  routes: [%s]\n",
+			name, orderlytest.FreePort(t), orderlytest.FreePort(t), strings.Join(routes, ", "))
+		if tls.Cert != "" {
+			conf += fmt.Sprintf("  tls { cert_file: %q, key_file: %q, ca_file: %q }\n", tls.Cert, tls.Key, tls.CA)
+		}
+		conf += "}\n"
+		path := filepath.Join(t.TempDir(), "join.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(d.bin, "-c", path)
 		if os.Getenv("ORDERLY_TEST_LOG") != "" {
 			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		}
@@ -982,18 +1016,24 @@ func TestRoutesNeedThePassword(t *testing.T) {
 			_ = cmd.Wait()
 		})
 	}
-	intruders := map[string]string{
-		"no-password":    "",
-		"wrong-password": "route:" + strings.Repeat("0", len(password)) + "@",
-		"other-user":     "orderly:" + password + "@",
+	withPassword := "route:" + password + "@"
+	intruders := map[string]struct {
+		userinfo string
+		tls      orderlytest.TLSFiles
+	}{
+		"no-password":    {"", cluster},
+		"wrong-password": {"route:" + strings.Repeat("0", len(password)) + "@", cluster},
+		"other-user":     {"orderly:" + password + "@", cluster},
+		"no-tls":         {withPassword, orderlytest.TLSFiles{}},
+		"another-ca":     {withPassword, orderlytest.NewTLSFiles(t)},
 	}
-	for name, userinfo := range intruders {
-		join(name, userinfo)
+	for name, in := range intruders {
+		join(name, in.userinfo, in.tls)
 	}
-	join("with-password", "route:"+password+"@")
+	join("with-password", withPassword, cluster)
 	// The intruders started first, so by the time the server with the
 	// password is in, they have had as long to get in.
-	orderlytest.Eventually(t, 30*time.Second, "the server with the route password joins every node", func() bool {
+	orderlytest.Eventually(t, 30*time.Second, "the server with the route password and the cluster's certificate joins every node", func() bool {
 		for i := range 3 {
 			if !d.routesFrom(i)["with-password"] {
 				return false
@@ -1008,6 +1048,41 @@ func TestRoutesNeedThePassword(t *testing.T) {
 				t.Errorf("nats-%d took a route from %s", i, name)
 			}
 		}
+	}
+}
+
+// TestClientsNeedTLS: the deployed cluster's client port speaks TLS only:
+// a client that trusts the cluster's CA (--nats-ca) gets in over TLS, one
+// that does not is refused, naming the flag, and the port tells every
+// client that TLS is required.
+func TestClientsNeedTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three nats-server processes; run without -short")
+	}
+	t.Parallel()
+	d := startDeployedCluster(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", d.ports.Client[0])
+	nc, err := jsstore.Dial(url, orderlytest.As(d.creds, natsauth.Operator), "tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := nc.TLSConnectionState(); err != nil || !st.HandshakeComplete {
+		t.Fatalf("the operator's connection is not over TLS: %v", err)
+	}
+	nc.Close()
+	if _, err := jsstore.Dial(url, jsstore.Credentials{NkeyFile: d.creds.SeedPath(natsauth.Operator)}, "no-ca"); !errors.Is(err, jsstore.ErrTLS) || !strings.Contains(err.Error(), "--nats-ca") {
+		t.Fatalf("a client without the CA: %v, want it refused, naming --nats-ca", err)
+	}
+	// A raw TCP client reads the server's INFO: TLS is required.
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", d.ports.Client[0]), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	info, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.Contains(info, `"tls_required":true`) {
+		t.Fatalf("the client port's INFO: %q %v, want tls_required", info, err)
 	}
 }
 
@@ -1028,7 +1103,7 @@ func TestServiceKeyAfterRollingRestart(t *testing.T) {
 	creds, ports := d.creds, d.ports
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	operator, err := jsstore.DialJetStream(ports.URLs(), jsstore.Credentials{NkeyFile: creds.SeedPath(natsauth.Operator)}, "test")
+	operator, err := jsstore.DialJetStream(ports.URLs(), orderlytest.As(creds, natsauth.Operator), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1044,7 +1119,7 @@ func TestServiceKeyAfterRollingRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	bind := func() error {
-		js, err := jsstore.DialJetStream(ports.URLs(), jsstore.Credentials{NkeyFile: creds.ServiceSeedPath("billing")}, "billing")
+		js, err := jsstore.DialJetStream(ports.URLs(), jsstore.Credentials{NkeyFile: creds.ServiceSeedPath("billing"), CAFile: creds.TLSPath(natsauth.TLSCAFile)}, "billing")
 		if err != nil {
 			return err
 		}
@@ -1063,7 +1138,7 @@ func TestServiceKeyAfterRollingRestart(t *testing.T) {
 		d.stop(i)
 		d.start(i)
 		orderlytest.Eventually(t, 60*time.Second, fmt.Sprintf("node %d back", i), func() bool {
-			js, err := jsstore.DialJetStream(fmt.Sprintf("nats://127.0.0.1:%d", ports.Client[i]), jsstore.Credentials{NkeyFile: creds.SeedPath(natsauth.Operator)}, "probe")
+			js, err := jsstore.DialJetStream(fmt.Sprintf("nats://127.0.0.1:%d", ports.Client[i]), orderlytest.As(creds, natsauth.Operator), "probe")
 			if err != nil {
 				return false
 			}

@@ -3,6 +3,7 @@ package orderlytest
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,12 +252,27 @@ func Setup(tb testing.TB, urls string, creds natsauth.Credentials, replicas int)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := orderlyserver.Setup(ctx, orderlyserver.SetupConfig{
-		Connect:  jsstore.ConnectConfig{URL: urls, Credentials: jsstore.Credentials{NkeyFile: creds.SeedPath(natsauth.Operator)}},
+		Connect:  jsstore.ConnectConfig{URL: urls, Credentials: As(creds, natsauth.Operator)},
 		Topology: topo, StartupTimeout: 2 * time.Minute,
 	}, Logger())
 	if err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// As connects as user of creds, trusting the cluster CA of creds when
+// natsauth.InitTLS made one (a deployed cluster's node.conf asks for TLS).
+func As(creds natsauth.Credentials, user string) jsstore.Credentials {
+	c := jsstore.Credentials{NkeyFile: creds.SeedPath(user)}
+	if ca := creds.TLSPath(natsauth.TLSCAFile); fileExists(ca) {
+		c.CAFile = ca
+	}
+	return c
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Attach makes cfg connect to urls as user (its key from creds, its inbox).

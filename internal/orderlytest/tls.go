@@ -1,16 +1,6 @@
 package orderlytest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,74 +16,15 @@ type TLSFiles struct {
 	CA, Cert, Key string
 }
 
-// NewTLSFiles makes a CA and a server certificate signed by it, valid for a
-// day, in a temporary directory.
+// NewTLSFiles makes a CA and a node certificate signed by it in a temporary
+// directory, as orderly credentials init does for a cluster.
 func NewTLSFiles(tb testing.TB) TLSFiles {
 	tb.Helper()
-	dir := tb.TempDir()
-	caKey := newKey(tb)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "orderly test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, ca := sign(tb, caTmpl, caTmpl, caKey, caKey)
-	key := newKey(tb)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "nats"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:     []string{"localhost"},
-	}
-	der, _ := sign(tb, tmpl, ca, key, caKey)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
+	c := natsauth.Credentials{Dir: tb.TempDir()}
+	if _, err := c.InitTLS(nil); err != nil {
 		tb.Fatal(err)
 	}
-	f := TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "server.pem"), Key: filepath.Join(dir, "server-key.pem")}
-	writePEM(tb, f.CA, "CERTIFICATE", caDER)
-	writePEM(tb, f.Cert, "CERTIFICATE", der)
-	writePEM(tb, f.Key, "EC PRIVATE KEY", keyDER)
-	return f
-}
-
-// sign makes the certificate of tmpl for key's public key, signed by
-// parent's key, as DER and parsed.
-func sign(tb testing.TB, tmpl, parent *x509.Certificate, key, parentKey *ecdsa.PrivateKey) ([]byte, *x509.Certificate) {
-	tb.Helper()
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return der, cert
-}
-
-func newKey(tb testing.TB) *ecdsa.PrivateKey {
-	tb.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return k
-}
-
-func writePEM(tb testing.TB, path, typ string, der []byte) {
-	tb.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+	return TLSFiles{CA: c.TLSPath(natsauth.TLSCAFile), Cert: c.TLSPath(natsauth.TLSNodeFile), Key: c.TLSPath(natsauth.TLSNodeKeyFile)}
 }
 
 // TLSNATS starts a NATS server with JetStream that requires TLS on its
