@@ -6,6 +6,9 @@
 //	go run ./cmd/orderly events consumer add example-billing --type created
 //	go run ./examples/consumer --nats-url nats://127.0.0.1:4222 --nats-nkey data/credentials/events.nk
 //
+// Against a cluster made from deploy/nats/node.conf, which speaks TLS only,
+// add --nats-ca with the tls-ca.pem of its credentials directory.
+//
 // orderly's NATS admits no anonymous client: the events user may read the
 // events and pull from and ack the durable consumers orderly's operator made
 // for it, nothing else, and receives replies on the inbox prefix _INBOX_events.
@@ -34,6 +37,7 @@ func main() {
 	url := flag.String("nats-url", "nats://127.0.0.1:4222", "NATS of orderly")
 	seed := flag.String("nats-nkey", "data/credentials/events.nk", "nkey seed file of orderly's events user")
 	durable := flag.String("durable", "example-billing", "name of this service's durable consumer")
+	ca := flag.String("nats-ca", "", "PEM file of the CA of a cluster that speaks TLS (tls-ca.pem of orderly credentials init)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -42,7 +46,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	nc, err := nats.Connect(*url, nats.Name(*durable), auth, nats.CustomInboxPrefix(InboxPrefix))
+	opts := []nats.Option{nats.Name(*durable), auth, nats.CustomInboxPrefix(InboxPrefix)}
+	if *ca != "" {
+		opts = append(opts, nats.RootCAs(*ca))
+	}
+	nc, err := nats.Connect(*url, opts...)
 	if err != nil {
 		log.Fatal(err)
 	}
