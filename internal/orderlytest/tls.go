@@ -20,11 +20,17 @@ type TLSFiles struct {
 // directory, as orderly credentials init does for a cluster.
 func NewTLSFiles(tb testing.TB) TLSFiles {
 	tb.Helper()
-	c := natsauth.Credentials{Dir: tb.TempDir()}
-	if _, err := c.InitTLS(nil); err != nil {
+	return ClusterTLS(tb, natsauth.Credentials{Dir: tb.TempDir()})
+}
+
+// ClusterTLS makes the TLS files of creds (natsauth.InitTLS), so that As
+// trusts the CA of a server started with them.
+func ClusterTLS(tb testing.TB, creds natsauth.Credentials) TLSFiles {
+	tb.Helper()
+	if _, err := creds.InitTLS(nil); err != nil {
 		tb.Fatal(err)
 	}
-	return TLSFiles{CA: c.TLSPath(natsauth.TLSCAFile), Cert: c.TLSPath(natsauth.TLSNodeFile), Key: c.TLSPath(natsauth.TLSNodeKeyFile)}
+	return TLSFiles{CA: creds.TLSPath(natsauth.TLSCAFile), Cert: creds.TLSPath(natsauth.TLSNodeFile), Key: creds.TLSPath(natsauth.TLSNodeKeyFile)}
 }
 
 // TLSNATS starts a NATS server with JetStream that requires TLS on its

@@ -149,6 +149,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	if err != nil {
 		return nil, err
 	}
+	s.registry.MustRegister(newTLSExpiry(s.nc))
 	if s.ns != nil && cfg.MinFreeSpace > 0 {
 		abs, _ := filepath.Abs(cfg.DataDir)
 		if s.guard, err = jsstore.NewDiskGuard(jsstore.DiskGuardConfig{Dir: abs, Reserve: cfg.MinFreeSpace}); err != nil {
