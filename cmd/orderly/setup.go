@@ -180,7 +180,7 @@ func (c *CredentialsInitCmd) Run() error {
 	case issued.CA && !newCredentials:
 		fmt.Printf("a new TLS CA: restart every NATS node and every orderly process, which must all trust it (docs/operations.md, rotating NATS credentials)\n")
 	case issued.Node && !issued.CA:
-		fmt.Printf("the nodes' certificate was issued again (%s): restart the NATS nodes one at a time to take it; clients keep trusting the same CA\n", issued.Reason)
+		fmt.Printf("the nodes' certificate was issued again (%s): reload the NATS nodes to take it (SIGHUP: nats-server --signal reload, or docker compose kill -s HUP nats-1 nats-2 nats-3); clients and routes keep trusting the same CA\n", issued.Reason)
 	}
 	if newRoutePassword {
 		fmt.Printf("a new route password in a directory that had none: restart every NATS node of the cluster at once, with deploy/nats/node.conf and run.sh of this version (a node that asks for it refuses the routes of one that does not send it; docs/operations.md, rotating NATS credentials)\n")

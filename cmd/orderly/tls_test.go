@@ -84,7 +84,7 @@ func TestCredentialsInitTellsOfTLS(t *testing.T) {
 		t.Fatalf("init of a new directory: %v\n%s", err, out)
 	}
 	if out, err := initDir("--tls-host", "nats.example.com,10.1.2.3"); err != nil || !strings.Contains(out, reissued+" (not valid for nats.example.com)") ||
-		!strings.Contains(out, "one at a time") || !strings.Contains(out, "10.1.2.3") {
+		!strings.Contains(out, "SIGHUP") || !strings.Contains(out, "10.1.2.3") {
 		t.Fatalf("init with new TLS hosts: %v\n%s", err, out)
 	}
 	if out, err := initDir(); err != nil || strings.Contains(out, reissued) || !strings.Contains(out, "nats.example.com") {

@@ -1086,6 +1086,49 @@ func TestClientsNeedTLS(t *testing.T) {
 	}
 }
 
+// TestNodeCertificateRenewsOnReload: the node certificate credentials init
+// issues again (here for a new --tls-host) is taken by a node on SIGHUP,
+// with no restart: new connections get the new certificate, the node keeps
+// its routes, and clients trusting the same CA connect to every node, the
+// reloaded ones and those still on the old certificate.
+func TestNodeCertificateRenewsOnReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three nats-server processes; run without -short")
+	}
+	t.Parallel()
+	d := startDeployedCluster(t)
+	serial := func(i int) string {
+		t.Helper()
+		nc, err := jsstore.Dial(fmt.Sprintf("nats://127.0.0.1:%d", d.ports.Client[i]), orderlytest.As(d.creds, natsauth.Operator), "renew")
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		defer nc.Close()
+		st, err := nc.TLSConnectionState()
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		return st.PeerCertificates[0].SerialNumber.String()
+	}
+	old := serial(0)
+	issued, err := d.creds.InitTLS([]string{"nats.example.com"})
+	if err != nil || !issued.Node || issued.CA {
+		t.Fatalf("init with a new host: %+v %v", issued, err)
+	}
+	if err := d.nodes[0].Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	orderlytest.Eventually(t, 10*time.Second, "node 0 presents the new certificate", func() bool { return serial(0) != old })
+	if got := serial(1); got != old {
+		t.Fatalf("node 1, not reloaded, presents %s, want the old certificate %s", got, old)
+	}
+	// The routes of the reloaded node, to both others, stay or come back.
+	orderlytest.Eventually(t, 10*time.Second, "node 0 keeps its routes", func() bool {
+		routes := d.routesFrom(0)
+		return routes["nats-1"] && routes["nats-2"]
+	})
+}
+
 // TestServiceKeyAfterRollingRestart: a service key added while a cluster
 // runs is refused by the running nodes, and binds to its consumer once they
 // have been restarted one at a time, as docs/operations.md says. The nodes run
