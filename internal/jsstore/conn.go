@@ -122,7 +122,7 @@ func tlsRefusal(err error, caFile string) error {
 	case errors.As(err, &verify):
 		return fmt.Errorf("%w: the server's certificate is not trusted (%v): give the CA that signed it with --nats-ca", ErrTLS, verify.Err)
 	case errors.Is(err, nats.ErrSecureConnWanted):
-		return fmt.Errorf("%w: --nats-ca asks for TLS, and the server does not offer it (configure tls {} on the server, or leave --nats-ca out on a network you trust)", ErrTLS)
+		return fmt.Errorf("%w: TLS is asked for (--nats-ca, or a tls:// URL), and the server does not offer it (configure tls {} on the server, or leave both out on a network you trust)", ErrTLS)
 	}
 	return nil
 }
