@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/orderly-dev/orderly/internal/natsserver"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 )
 
@@ -98,6 +101,29 @@ func TestProfilesOnlyOnLoopback(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		case !c.ok && (err == nil || !strings.Contains(err.Error(), "Go profiles have no authentication") || !strings.Contains(err.Error(), c.pprof+c.natsPprof)):
 			t.Errorf("%s: %v, want it refused, naming the address", c.name, err)
+		}
+	}
+}
+
+// TestEmbeddedNATSBeyondLoopbackWarns: the embedded server has no TLS, so a
+// --nats-listen that other hosts can reach is logged as a warning at start,
+// naming the address and what to do; on loopback nothing is said.
+func TestEmbeddedNATSBeyondLoopbackWarns(t *testing.T) {
+	t.Parallel()
+	const warning = "without TLS"
+	for addr, warns := range map[string]bool{
+		fmt.Sprintf("0.0.0.0:%d", orderlytest.FreePort(t)): true,
+		"127.0.0.1:-1": false,
+	} {
+		cfg := orderlytest.Config(t)
+		cfg.NATSListen = addr
+		out := &orderlytest.Buffer{}
+		orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(out, nil)))
+		if got := strings.Contains(out.String(), warning); got != warns {
+			t.Errorf("--nats-listen %s: warned %v, want %v:\n%s", addr, got, warns, out.String())
+		}
+		if warns && !strings.Contains(out.String(), addr) {
+			t.Errorf("--nats-listen %s: the warning does not name the address:\n%s", addr, out.String())
 		}
 	}
 }

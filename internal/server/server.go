@@ -306,6 +306,12 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		}
 		s.logger.Info("embedded NATS started", "process", s.cfg.NATSProcess, "pid", s.NATSPID(), "store", abs,
 			"client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String(), "credentials", s.creds.Dir)
+		if s.cfg.NATSListen != "" && !LoopbackOnly(s.cfg.NATSListen) {
+			// The users' keys authenticate every client, but the embedded
+			// server has no TLS: what crosses the network can be read.
+			s.logger.Warn("embedded NATS can be reached from other hosts, without TLS: its clients' orders and events cross the network in clear text; keep --nats-listen on loopback or a network you trust, or run the cluster of deploy/, which speaks TLS (docs/adr/0025)",
+				"addr", s.cfg.NATSListen)
+		}
 		// The components reach the embedded server over loopback TCP: it
 		// always listens, on a port of its own without --nats-listen.
 		ccfg.URL = s.ns.ClientURL()
