@@ -27,10 +27,13 @@ type CredFlags struct {
 	User      string `name:"nats-user" env:"ORDERLY_NATS_USER" help:"NATS user name, with --nats-password."`
 	Password  string `name:"nats-password" env:"ORDERLY_NATS_PASSWORD" help:"NATS password (prefer the environment variable: a flag shows in the process list)."`
 	CAFile    string `name:"nats-ca" env:"ORDERLY_NATS_CA" type:"path" help:"PEM file of the CA(s) that signed the NATS servers' TLS certificates: the connection then requires TLS (also with nats:// URLs) and trusts these CAs only; read again at every reconnect. For NATS reached over a network you do not control (docs/security.md)."`
+	CertFile  string `name:"nats-cert" env:"ORDERLY_NATS_CERT" type:"path" help:"PEM client certificate to present to NATS servers that ask for one (tls { verify: true }), with --nats-key; read again at every reconnect. orderly's own cluster does not ask: the nkeys authenticate."`
+	KeyFile   string `name:"nats-key" env:"ORDERLY_NATS_KEY" type:"path" help:"PEM key of --nats-cert."`
 }
 
 func (c CredFlags) credentials() jsstore.Credentials {
-	return jsstore.Credentials{NkeyFile: c.NkeyFile, CredsFile: c.CredsFile, User: c.User, Password: c.Password, CAFile: c.CAFile}
+	return jsstore.Credentials{NkeyFile: c.NkeyFile, CredsFile: c.CredsFile, User: c.User, Password: c.Password, CAFile: c.CAFile,
+		CertFile: c.CertFile, KeyFile: c.KeyFile}
 }
 
 // NATSFlags locate NATS for the roles.

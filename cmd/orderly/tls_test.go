@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
@@ -100,5 +101,21 @@ func TestCredentialsInitTellsOfTLS(t *testing.T) {
 	}
 	if out, err := initDir("--tls-host", "not a name"); err == nil || !strings.Contains(out, `"not a name"`) {
 		t.Fatalf("init with a TLS host that is not a name: %v\n%s", err, out)
+	}
+}
+
+// TestNATSTLSFlagsReachTheConnection: --nats-ca, --nats-cert and --nats-key
+// of a role and of a tool end up in the credentials its connection uses.
+func TestNATSTLSFlagsReachTheConnection(t *testing.T) {
+	t.Parallel()
+	want := jsstore.Credentials{NkeyFile: "/k/api.nk", CAFile: "/t/ca.pem", CertFile: "/t/c.pem", KeyFile: "/t/c.key"}
+	flags := "--nats-url nats://x --nats-nkey /k/api.nk --nats-ca /t/ca.pem --nats-cert /t/c.pem --nats-key /t/c.key"
+	if got := parseCLI(t, "api "+flags).API.credentials(); got != want {
+		t.Errorf("api: %+v, want %+v", got, want)
+	}
+	tool := parseCLI(t, "status "+flags).Status.creds()
+	tool.InboxPrefix = ""
+	if tool != want {
+		t.Errorf("status: %+v, want %+v", tool, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -56,6 +57,10 @@ type Credentials struct {
 	// not the system's. The file is read again at every (re)connect, so a
 	// renewed bundle is taken without a restart.
 	CAFile string
+	// CertFile and KeyFile, when set (both), are the client certificate and
+	// its key that the connection presents to servers that ask for one
+	// (tls { verify: true }); read again at every (re)connect too.
+	CertFile, KeyFile string
 }
 
 // options are the nats.go options of c, or an error when more than one kind
@@ -93,6 +98,15 @@ func (c Credentials) options() ([]nats.Option, error) {
 		}
 		opts = append(opts, nats.RootCAs(c.CAFile))
 	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return nil, errors.New("give --nats-cert and --nats-key together: a client certificate and its key")
+	}
+	if c.CertFile != "" {
+		if err := nats.ClientCert(c.CertFile, c.KeyFile)(&nats.Options{}); err != nil {
+			return nil, fmt.Errorf("--nats-cert %s, --nats-key %s: %w", c.CertFile, c.KeyFile, err)
+		}
+		opts = append(opts, nats.ClientCert(c.CertFile, c.KeyFile))
+	}
 	return opts, nil
 }
 
@@ -108,6 +122,17 @@ func (c Credentials) Authenticated() bool {
 // try has met it for tlsPatience.
 var ErrTLS = errors.New("NATS TLS")
 
+// clientCertAlerts are the TLS alerts a server sends about the client's
+// certificate, as crypto/tls reports them (a *net.OpError "remote error"
+// whose error is the alert, of a type it does not export): bad_certificate,
+// unsupported_certificate, certificate_revoked, certificate_expired,
+// certificate_unknown, unknown_ca, certificate_required.
+var clientCertAlerts = map[string]bool{
+	"tls: bad certificate": true, "tls: unsupported certificate": true, "tls: revoked certificate": true,
+	"tls: expired certificate": true, "tls: unknown certificate": true, "tls: unknown certificate authority": true,
+	"tls: certificate required": true,
+}
+
 // tlsPatience is how long Connect goes on trying while each try meets a TLS
 // refusal: several rounds of the servers at the reconnect wait of 250 ms.
 const tlsPatience = 2 * time.Second
@@ -116,7 +141,10 @@ const tlsPatience = 2 * time.Second
 // says what to do, or nil when err is not one.
 func tlsRefusal(err error, caFile string) error {
 	var verify *tls.CertificateVerificationError
+	var remote *net.OpError
 	switch {
+	case errors.As(err, &remote) && remote.Op == "remote error" && remote.Err != nil && clientCertAlerts[remote.Err.Error()]:
+		return fmt.Errorf("%w: the server refused this client's certificate, or asks for one (%v): give one that the server's CA signed with --nats-cert and --nats-key", ErrTLS, err)
 	case errors.As(err, &verify) && caFile != "":
 		return fmt.Errorf("%w: the server's certificate does not verify against the CAs of --nats-ca %s (%v)", ErrTLS, caFile, verify.Err)
 	case errors.As(err, &verify):

@@ -120,3 +120,63 @@ func TestConnectOverTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestClientCertificate: against a NATS that asks every client for a
+// certificate of its CA (tls { verify: true }), a connection with
+// CertFile and KeyFile (--nats-cert, --nats-key) gets in; one without, or
+// with a certificate of another CA, fails within seconds, naming the flags,
+// for a process and a tool alike. Half a pair is refused before any
+// connection.
+func TestClientCertificate(t *testing.T) {
+	t.Parallel()
+	creds := orderlytest.NewCredentials(t)
+	files := orderlytest.NewTLSFiles(t)
+	url := orderlytest.TLSNATSVerifying(t, creds, files)
+	other := orderlytest.NewTLSFiles(t)
+	seed := creds.SeedPath(natsauth.Operator)
+	for _, tc := range []struct {
+		name      string
+		cert, key string
+		ok        bool
+	}{
+		{"the CA's certificate", files.Cert, files.Key, true},
+		{"no certificate", "", "", false},
+		{"another CA's certificate", other.Cert, other.Key, false},
+	} {
+		c := jsstore.Credentials{NkeyFile: seed, CAFile: files.CA, CertFile: tc.cert, KeyFile: tc.key}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		began := time.Now()
+		nc, err := jsstore.Connect(ctx, jsstore.ConnectConfig{URL: url, Name: "cert", Credentials: c}, nil)
+		took := time.Since(began)
+		cancel()
+		nc2, derr := jsstore.Dial(url, c, "cert")
+		if tc.ok {
+			if err != nil || derr != nil {
+				t.Fatalf("%s: Connect %v, Dial %v", tc.name, err, derr)
+			}
+			if _, err := nc.RTT(); err != nil {
+				t.Fatalf("%s: a round trip: %v", tc.name, err)
+			}
+			nc.Close()
+			nc2.Close()
+			continue
+		}
+		for what, e := range map[string]error{"Connect": err, "Dial": derr} {
+			if e == nil || !errors.Is(e, jsstore.ErrTLS) || !strings.Contains(e.Error(), "--nats-cert") {
+				t.Errorf("%s: %s: %v, want ErrTLS naming --nats-cert", tc.name, what, e)
+			}
+		}
+		if took > 10*time.Second {
+			t.Errorf("%s: Connect gave up after %s, want within seconds", tc.name, took.Round(time.Millisecond))
+		}
+		if nc != nil {
+			nc.Close()
+		}
+		if nc2 != nil {
+			nc2.Close()
+		}
+	}
+	if _, err := jsstore.Dial(url, jsstore.Credentials{NkeyFile: seed, CAFile: files.CA, CertFile: files.Cert}, "half"); err == nil || !strings.Contains(err.Error(), "together") {
+		t.Fatalf("a certificate without its key: %v", err)
+	}
+}

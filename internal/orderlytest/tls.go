@@ -39,6 +39,18 @@ func ClusterTLS(tb testing.TB, creds natsauth.Credentials) TLSFiles {
 // same server without TLS and returns a nats:// URL. The test's end stops it.
 func TLSNATS(tb testing.TB, creds natsauth.Credentials, files TLSFiles) string {
 	tb.Helper()
+	return tlsNATS(tb, creds, files, false)
+}
+
+// TLSNATSVerifying is TLSNATS with a server that also asks every client for
+// a certificate signed by files' CA (tls { verify: true }).
+func TLSNATSVerifying(tb testing.TB, creds natsauth.Credentials, files TLSFiles) string {
+	tb.Helper()
+	return tlsNATS(tb, creds, files, true)
+}
+
+func tlsNATS(tb testing.TB, creds natsauth.Credentials, files TLSFiles, verify bool) string {
+	tb.Helper()
 	opts, err := natsserver.Options(natsserver.Config{ServerName: "tls", StoreDir: tb.TempDir(), Listen: "127.0.0.1:-1",
 		Fsync: natsserver.Fsync{Interval: time.Second}, Accounts: creds.ConfigPath()})
 	if err != nil {
@@ -46,10 +58,14 @@ func TLSNATS(tb testing.TB, creds natsauth.Credentials, files TLSFiles) string {
 	}
 	scheme := "nats://"
 	if files.Cert != "" {
-		if opts.TLSConfig, err = server.GenTLSConfig(&server.TLSConfigOpts{CertFile: files.Cert, KeyFile: files.Key}); err != nil {
+		tc := &server.TLSConfigOpts{CertFile: files.Cert, KeyFile: files.Key}
+		if verify {
+			tc.CaFile, tc.Verify = files.CA, true
+		}
+		if opts.TLSConfig, err = server.GenTLSConfig(tc); err != nil {
 			tb.Fatal(err)
 		}
-		opts.TLS, opts.TLSTimeout, scheme = true, 2, "tls://"
+		opts.TLS, opts.TLSVerify, opts.TLSTimeout, scheme = true, verify, 2, "tls://"
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

@@ -246,8 +246,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %s can be reached from other hosts, and Go profiles have no authentication: listen on loopback, such as 127.0.0.1:6060, and reach it through an SSH tunnel or kubectl port-forward", a.name, a.addr))
 		}
 	}
-	if c.NATSURL == "" && c.Credentials.CAFile != "" {
-		errs = append(errs, errors.New("NATS CA (--nats-ca): only with --nats-url; orderly reaches its embedded server over loopback, without TLS"))
+	if c.NATSURL == "" && (c.Credentials.CAFile != "" || c.Credentials.CertFile != "" || c.Credentials.KeyFile != "") {
+		errs = append(errs, errors.New("NATS TLS files (--nats-ca, --nats-cert, --nats-key): only with --nats-url; orderly reaches its embedded server over loopback, without TLS"))
 	}
 	if c.NATSPprofAddr != "" && (c.NATSURL != "" || c.NATSProcess != natsserver.Child) {
 		errs = append(errs, errors.New("NATS pprof address: only for an embedded server in its own process (in process, the pprof address profiles both)"))
