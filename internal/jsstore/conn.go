@@ -118,8 +118,8 @@ func (c Credentials) Authenticated() bool {
 
 // ErrTLS says that a connection's TLS cannot work as configured: the
 // server's certificate is not trusted, or TLS is asked for and the server
-// does not offer it. Waiting does not help, so Connect returns it once every
-// try has met it for tlsPatience.
+// does not offer it. Waiting does not help, so Connect returns it when no
+// server has taken the connection within tlsPatience of the first.
 var ErrTLS = errors.New("NATS TLS")
 
 // clientCertAlerts are the TLS alerts a server sends about the client's
@@ -133,8 +133,8 @@ var clientCertAlerts = map[string]bool{
 	"tls: certificate required": true,
 }
 
-// tlsPatience is how long Connect goes on trying while each try meets a TLS
-// refusal: several rounds of the servers at the reconnect wait of 250 ms.
+// tlsPatience is how long Connect goes on trying after a TLS refusal:
+// several rounds of the servers at the reconnect wait of 250 ms.
 const tlsPatience = 2 * time.Second
 
 // tlsRefusal is a permanent TLS failure of a connection as an error that
@@ -145,6 +145,11 @@ func tlsRefusal(err error, caFile string) error {
 	switch {
 	case errors.As(err, &remote) && remote.Op == "remote error" && remote.Err != nil && clientCertAlerts[remote.Err.Error()]:
 		return fmt.Errorf("%w: the server refused this client's certificate, or asks for one (%v): give one that the server's CA signed with --nats-cert and --nats-key", ErrTLS, err)
+	case errors.Is(err, nats.ErrTLS) && strings.Contains(err.Error(), "closed by remote after TLS handshake"):
+		// How a refused client certificate looks when the server's alert
+		// is not read before it closes the connection (nats.go's
+		// tlsHandshakeEOF).
+		return fmt.Errorf("%w: the server closed the connection right after the TLS handshake, as it does when it refuses this client's certificate or asks for one (%v): give one that the server's CA signed with --nats-cert and --nats-key", ErrTLS, err)
 	case errors.As(err, &verify) && caFile != "":
 		return fmt.Errorf("%w: the server's certificate does not verify against the CAs of --nats-ca %s (%v)", ErrTLS, caFile, verify.Err)
 	case errors.As(err, &verify):
@@ -234,7 +239,8 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), err)
 	}
 	start, said := time.Now(), time.Now()
-	var refused time.Time // since when every try has met a TLS refusal
+	var refused time.Time // when a try first met a TLS refusal
+	var refusal error     // the last one
 	for !nc.IsConnected() {
 		select {
 		case <-ctx.Done():
@@ -249,16 +255,20 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 		if last := nc.LastError(); IsAuthError(last) {
 			nc.Close()
 			return nil, fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %w", Redact(url), last, ErrCredentials)
-		} else if err := tlsRefusal(last, cfg.Credentials.CAFile); err == nil {
-			refused = time.Time{}
-		} else if refused.IsZero() {
-			refused = time.Now()
-		} else if time.Since(refused) >= tlsPatience {
-			// Not at the first refusal: nats.go tries every server of the
-			// URL list in turn, and one node with a bad certificate must
-			// not stop a process that another node would take.
+		} else if err := tlsRefusal(last, cfg.Credentials.CAFile); err != nil {
+			if refusal == nil {
+				refused = time.Now()
+			}
+			refusal = err
+		}
+		// Not at the first refusal: nats.go tries every server of the URL
+		// list in turn, and one node with a bad certificate must not stop a
+		// process that another node would take. The refusal is remembered:
+		// a server that refuses a client's certificate closes the
+		// connection, and the next tries may read only that.
+		if refusal != nil && time.Since(refused) >= tlsPatience {
 			nc.Close()
-			return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), err)
+			return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), refusal)
 		}
 		if time.Since(said) >= 5*time.Second {
 			said = time.Now()
