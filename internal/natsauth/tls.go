@@ -99,8 +99,10 @@ func (c Credentials) InitTLS(hosts []string) (TLSIssued, error) {
 		}
 	}
 	if out.Reason == "" {
-		if _, err := os.Stat(c.TLSPath(TLSNodeKeyFile)); err != nil {
-			out.Reason = "its key is missing"
+		if key, err := readKey(c.TLSPath(TLSNodeKeyFile)); err != nil {
+			out.Reason = "its key is missing or unreadable"
+		} else if !key.PublicKey.Equal(node.PublicKey) {
+			out.Reason = "its key is not the certificate's"
 		}
 	}
 	if out.Reason == "" {

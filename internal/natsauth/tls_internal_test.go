@@ -104,6 +104,14 @@ func TestInitTLS(t *testing.T) {
 		t.Fatalf("init with a certificate of another CA: %+v %v", r, err)
 	}
 
+	// A node key that is not the certificate's (a restore that mixed two
+	// inits, say): nats-server would not start with the pair.
+	if err := writeKey(c.TLSPath(TLSNodeKeyFile), otherKey); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.InitTLS(nil); err != nil || !r.Node || !strings.Contains(r.Reason, "not the certificate's") {
+		t.Fatalf("init with a node key of another certificate: %+v %v", r, err)
+	}
 	if err := os.Chmod(c.TLSPath(TLSNodeKeyFile), 0o644); err != nil {
 		t.Fatal(err)
 	}
