@@ -117,8 +117,9 @@ func (c Credentials) Authenticated() bool {
 }
 
 // ErrTLS says that a connection's TLS cannot work as configured: the
-// server's certificate is not trusted, or TLS is asked for and the server
-// does not offer it. Waiting does not help, so Connect returns it when no
+// server's certificate is not trusted, the server refuses the client's
+// certificate (or its lack of one), or TLS is asked for and the server does
+// not offer it. Waiting does not help, so Connect returns it when no
 // server has taken the connection within tlsPatience of the first.
 var ErrTLS = errors.New("NATS TLS")
 
