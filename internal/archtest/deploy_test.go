@@ -34,6 +34,7 @@ func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 			Ports       []string          `yaml:"ports"`
 			Volumes     []string          `yaml:"volumes"`
 			Profiles    []string          `yaml:"profiles"`
+			Labels      map[string]string `yaml:"labels"`
 			Restart     string            `yaml:"restart"`
 			MemLimit    string            `yaml:"mem_limit"`
 			StopSignal  string            `yaml:"stop_signal"`
@@ -75,6 +76,9 @@ func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 			if ca := svc.Environment["ORDERLY_NATS_CA"]; ca != "/credentials/"+natsauth.TLSCAFile {
 				t.Errorf("%s: ORDERLY_NATS_CA=%q, want /credentials/%s (the nodes ask for TLS)", name, ca, natsauth.TLSCAFile)
 			}
+			if !slices.Contains(svc.Volumes, "credentials:/credentials:ro") {
+				t.Errorf("%s does not mount the credentials volume at /credentials, where its CA is", name)
+			}
 			for _, u := range strings.Split(urls, ",") {
 				if host := strings.Split(strings.TrimPrefix(u, "nats://"), ":")[0]; !slices.Contains(natsauth.DefaultTLSHosts, host) {
 					t.Errorf("%s dials NATS at %s, a name the nodes' certificate does not hold (natsauth.DefaultTLSHosts)", name, host)
@@ -97,6 +101,11 @@ func TestComposeOpensNothingWithoutAuthentication(t *testing.T) {
 			if !slices.Contains(svc.Volumes, want) {
 				t.Errorf("%s does not mount %s", name, want)
 			}
+		}
+		// node.conf and run.sh are bind mounts; the label is what makes
+		// docker compose up recreate the nodes when they change.
+		if svc.Labels["orderly.node-config"] == "" {
+			t.Errorf("%s has no orderly.node-config label", name)
 		}
 		if svc.StopSignal != "SIGUSR2" {
 			t.Errorf("%s: stop_signal %q, want SIGUSR2 (lame-duck mode: its clients move before it stops)", name, svc.StopSignal)
