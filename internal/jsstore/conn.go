@@ -91,21 +91,23 @@ func (c Credentials) options() ([]nats.Option, error) {
 		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	if c.CAFile != "" {
-		// nats.RootCAs reads the file once here, so that a missing or
-		// unparsable one fails now, and again at each connect.
-		if err := nats.RootCAs(c.CAFile)(&nats.Options{}); err != nil {
+		// Applied once here, so that a missing or unparsable file fails
+		// now, naming the flag; nats.go reads it again at each connect.
+		ca := nats.RootCAs(c.CAFile)
+		if err := ca(&nats.Options{}); err != nil {
 			return nil, fmt.Errorf("--nats-ca %s: no PEM certificate could be read from it (%w)", c.CAFile, err)
 		}
-		opts = append(opts, nats.RootCAs(c.CAFile))
+		opts = append(opts, ca)
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return nil, errors.New("give --nats-cert and --nats-key together: a client certificate and its key")
 	}
 	if c.CertFile != "" {
-		if err := nats.ClientCert(c.CertFile, c.KeyFile)(&nats.Options{}); err != nil {
+		cert := nats.ClientCert(c.CertFile, c.KeyFile)
+		if err := cert(&nats.Options{}); err != nil {
 			return nil, fmt.Errorf("--nats-cert %s, --nats-key %s: %w", c.CertFile, c.KeyFile, err)
 		}
-		opts = append(opts, nats.ClientCert(c.CertFile, c.KeyFile))
+		opts = append(opts, cert)
 	}
 	return opts, nil
 }

@@ -525,8 +525,8 @@ var ErrNoSeed = errors.New("no seed")
 func (c Credentials) Check() error {
 	var errs []error
 	private := func(path string) {
-		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
-			errs = append(errs, fmt.Errorf("%s is readable by others (mode %v): chmod 600 it", path, st.Mode().Perm()))
+		if err := readableByOthers(path); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, u := range Users {
@@ -549,6 +549,16 @@ func (c Credentials) Check() error {
 		private(c.ServiceSeedPath(name))
 	}
 	return errors.Join(errs...)
+}
+
+// readableByOthers says so when the secret at path may be read by others
+// than this process's user (mode 0600 or stricter is private); nil for a
+// missing file, which the callers report themselves.
+func readableByOthers(path string) error {
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%s is readable by others (mode %v): chmod 600 it", path, st.Mode().Perm())
+	}
+	return nil
 }
 
 // ServicesDir is the directory of a credentials directory that holds the

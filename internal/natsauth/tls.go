@@ -136,12 +136,11 @@ func (c Credentials) CheckTLS() error {
 		return fmt.Errorf("credentials: %s is not signed by %s: run orderly credentials init", c.TLSPath(TLSNodeFile), c.TLSPath(TLSCAFile))
 	}
 	for _, k := range []string{TLSCAKeyFile, TLSNodeKeyFile} {
-		st, err := os.Stat(c.TLSPath(k))
-		if err != nil {
+		if _, err := os.Stat(c.TLSPath(k)); err != nil {
 			return fmt.Errorf("credentials: %w: run orderly credentials init", err)
 		}
-		if st.Mode().Perm()&0o077 != 0 {
-			return fmt.Errorf("credentials: %s is readable by others (mode %v): chmod 600 it", c.TLSPath(k), st.Mode().Perm())
+		if err := readableByOthers(c.TLSPath(k)); err != nil {
+			return fmt.Errorf("credentials: %w", err)
 		}
 	}
 	return nil
@@ -160,11 +159,11 @@ func (c Credentials) loadCA() (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	}
 	ca, err := readCert(c.TLSPath(TLSCAFile))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("credentials: %w", err)
 	}
 	key, err := readKey(c.TLSPath(TLSCAKeyFile))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("credentials: %w", err)
 	}
 	if !key.PublicKey.Equal(ca.PublicKey) {
 		return nil, nil, fmt.Errorf("credentials: %s is not the key of %s", c.TLSPath(TLSCAKeyFile), c.TLSPath(TLSCAFile))
@@ -266,11 +265,11 @@ func readCert(path string) (*x509.Certificate, error) {
 	}
 	block, _ := pem.Decode(b)
 	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("credentials: %s: no PEM certificate", path)
+		return nil, fmt.Errorf("%s: no PEM certificate", path)
 	}
 	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("credentials: %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return cert, nil
 }
@@ -282,11 +281,11 @@ func readKey(path string) (*ecdsa.PrivateKey, error) {
 	}
 	block, _ := pem.Decode(b)
 	if block == nil {
-		return nil, fmt.Errorf("credentials: %s: no PEM key", path)
+		return nil, fmt.Errorf("%s: no PEM key", path)
 	}
 	key, err := x509.ParseECPrivateKey(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("credentials: %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return key, nil
 }
