@@ -39,4 +39,6 @@ ENTRYPOINT ["/usr/local/bin/orderly"]
 # The API listens on every interface of the container, so it starts only with
 # tokens (ORDERLY_TOKENS_FILE, a mounted file of "tenant token" lines) or,
 # where something in front authenticates the clients, ORDERLY_HTTP_ANONYMOUS=true.
+# Its NATS port requires TLS (--nats-tls auto on 0.0.0.0): clients take the CA
+# /data/credentials/tls-ca.pem; ORDERLY_NATS_TLS_HOSTS adds the names they use.
 CMD ["serve", "--http-addr", "0.0.0.0:8080", "--nats-listen", "0.0.0.0:4222", "--data-dir", "/data"]

@@ -228,14 +228,21 @@ type ToolNATS struct {
 
 // localOperatorKey is the operator's seed of an orderly serve started in this
 // directory with the default --data-dir; tools use it when no credentials are
-// given.
-const localOperatorKey = "data/credentials/operator.nk"
+// given, and localCA, its embedded server's CA, when that server asks for TLS
+// (serve --nats-tls) and no --nats-ca is given.
+const (
+	localOperatorKey = "data/credentials/operator.nk"
+	localCA          = "data/credentials/" + natsauth.TLSCAFile
+)
 
 func (t ToolNATS) creds() jsstore.Credentials {
 	c := t.credentials()
 	if !c.Authenticated() {
 		if _, err := os.Stat(localOperatorKey); err == nil {
 			c.NkeyFile = localOperatorKey
+			if _, err := os.Stat(localCA); err == nil && c.CAFile == "" {
+				c.CAFile, c.CAIfAsked = localCA, true
+			}
 		}
 	}
 	c.InboxPrefix = t.InboxPrefix

@@ -115,6 +115,8 @@ type ServeCmd struct {
 	ProjectorFlags
 	DataDir         string        `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data, and the NATS credentials (credentials/*.nk, mode 0600)."`
 	NATSListen      string        `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services (with the credentials under <data-dir>/credentials); empty: no port for others (orderly itself reaches the server, in a child process or in its own, over a random loopback port, with the same credentials)."`
+	NATSTLS         string        `name:"nats-tls" env:"ORDERLY_NATS_TLS" enum:"auto,on,off" default:"auto" help:"Whether the embedded NATS server's client port requires TLS: auto (when --nats-listen can be reached from other hosts), on or off (a network you trust). Its CA and certificate are made in <data-dir>/credentials (tls-ca.pem: give it to the clients, nats --tlsca or --nats-ca), the certificate is issued again at start when it lacks a name or expires within 30 days; orderly's own connection trusts the CA."`
+	NATSTLSHosts    []string      `name:"nats-tls-host" env:"ORDERLY_NATS_TLS_HOSTS" help:"Names and addresses clients on other hosts reach the embedded NATS server at, for its TLS certificate (repeatable or comma-separated), besides the --nats-listen host, this host's name and, when it listens on every address, this host's addresses."`
 	NATSProcess     string        `name:"nats-process" env:"ORDERLY_NATS_PROCESS" enum:"in-process,child" default:"in-process" help:"Where the embedded NATS server runs: in-process (one process; on a 2-core host 25-35% more orders a second than child, docs/adr/0016) or child (a process of its own, started from this binary, that dies with orderly: the server's garbage collection and memory stay out of orderly's process, docs/adr/0014)."`
 	NATSPprofAddr   string        `name:"nats-pprof-addr" env:"ORDERLY_NATS_PPROF_ADDR" help:"Serve the Go profiles of the embedded NATS server's own process (net/http/pprof, no authentication) on this loopback address, such as 127.0.0.1:6061 (others are refused); empty: off. With --nats-process in-process, --pprof-addr profiles both."`
 	Roles           []string      `name:"roles" env:"ORDERLY_ROLES" default:"api,processor" enum:"api,processor,projector" help:"Components to run in this process: api, processor, projector. The projector is optional: the processor stores each key's response itself; a projector writes the same responses again from the events (after restoring ORDER_EVENTS alone, or to complete the keys an earlier version left pending)."`
@@ -160,6 +162,8 @@ func (c *ServeCmd) config() (server.Config, error) {
 	cfg.DataDir = c.DataDir
 	cfg.NATSListen = c.NATSListen
 	cfg.NATSProcess = c.NATSProcess
+	cfg.NATSTLS = c.NATSTLS
+	cfg.NATSTLSHosts = c.NATSTLSHosts
 	cfg.NATSPprofAddr = c.NATSPprofAddr
 	if cfg.Fsync, err = natsserver.ParseFsync(c.Fsync); err != nil {
 		return cfg, err

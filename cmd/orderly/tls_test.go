@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,61 @@ func TestRolesOverTLS(t *testing.T) {
 	}
 }
 
+// TestServeWithNATSTLS: orderly serve with its embedded server on every
+// address requires TLS there by default and says where its CA is; a tool
+// run beside it (the default --data-dir) trusts that CA itself, also when
+// the server has no TLS any more; a tool elsewhere needs --nats-ca, and the
+// error names it.
+func TestServeWithNATSTLS(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := t.TempDir()
+	port := orderlytest.FreePort(t)
+	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	serve := func(listen string) *orderlytest.Process {
+		httpAddr := fmt.Sprintf("127.0.0.1:%d", orderlytest.FreePort(t))
+		out := &orderlytest.Buffer{}
+		p := &orderlytest.Process{T: t, Bin: bin, Dir: dir, URL: "http://" + httpAddr, Output: out,
+			Args: []string{"serve", "--nats-listen", listen, "--http-addr", httpAddr}}
+		p.Start()
+		t.Cleanup(p.Kill9)
+		if r := orderlytest.Do(t, http.MethodPost, p.URL+"/v1/orders", orderlytest.Order("c-tls"), "Content-Type: application/json", "Idempotency-Key: tls-"+listen); r.Status != http.StatusCreated {
+			t.Fatalf("an order: %d %s", r.Status, r.Body)
+		}
+		return p
+	}
+	run := func(wd string, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = wd
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+
+	p := serve(fmt.Sprintf("0.0.0.0:%d", port))
+	ca := filepath.Join(dir, "data", "credentials", natsauth.TLSCAFile)
+	if out := p.Output.(*orderlytest.Buffer).String(); !strings.Contains(out, "requires TLS") || !strings.Contains(out, ca) {
+		t.Errorf("serve does not say that its NATS requires TLS, with the CA %s:\n%s", ca, out)
+	}
+	if out, err := run(dir, "status", "--nats-url", natsURL); err != nil || !strings.Contains(out, "ORDER_EVENTS") {
+		t.Errorf("status beside serve: %v\n%s", err, out)
+	}
+	operator := filepath.Join(dir, "data", "credentials", natsauth.Operator+".nk")
+	if out, err := run(t.TempDir(), "status", "--nats-url", natsURL, "--nats-nkey", operator); err == nil || !strings.Contains(out, "--nats-ca") {
+		t.Errorf("status elsewhere without --nats-ca: %v\n%s", err, out)
+	}
+	if out, err := run(t.TempDir(), "status", "--nats-url", natsURL, "--nats-nkey", operator, "--nats-ca", ca); err != nil || !strings.Contains(out, "ORDER_EVENTS") {
+		t.Errorf("status elsewhere with --nats-ca: %v\n%s", err, out)
+	}
+	p.Kill9()
+
+	serve(fmt.Sprintf("127.0.0.1:%d", port))
+	if out, err := run(dir, "status", "--nats-url", natsURL); err != nil || !strings.Contains(out, "ORDER_EVENTS") {
+		t.Errorf("status beside serve on loopback, without TLS, its CA still there: %v\n%s", err, out)
+	}
+}
+
 // TestCredentialsInitTellsOfTLS: credentials init names the CA to give
 // every process and the names of the nodes' certificate; it says when it
 // issued the certificate again (a new --tls-host) or made a new CA in a
@@ -117,5 +173,17 @@ func TestNATSTLSFlagsReachTheConnection(t *testing.T) {
 	tool.InboxPrefix = ""
 	if tool != want {
 		t.Errorf("status: %+v, want %+v", tool, want)
+	}
+	serve := parseCLI(t, "serve --nats-tls on --nats-tls-host a.example --nats-tls-host 10.1.2.3")
+	cfg, err := serve.Serve.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NATSTLS != "on" || !slices.Equal(cfg.NATSTLSHosts, []string{"a.example", "10.1.2.3"}) {
+		t.Errorf("serve --nats-tls on --nats-tls-host: %q %q", cfg.NATSTLS, cfg.NATSTLSHosts)
+	}
+	plain := parseCLI(t, "serve")
+	if cfg, _ := plain.Serve.config(); cfg.NATSTLS != "auto" {
+		t.Errorf("serve: --nats-tls %q, want auto", cfg.NATSTLS)
 	}
 }

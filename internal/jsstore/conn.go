@@ -57,6 +57,10 @@ type Credentials struct {
 	// not the system's. The file is read again at every (re)connect, so a
 	// renewed bundle is taken without a restart.
 	CAFile string
+	// CAIfAsked makes CAFile count only when a server asks for TLS: the
+	// connection takes a server without TLS too. For the tools' fallback to
+	// a local orderly serve, whose embedded server may or may not have TLS.
+	CAIfAsked bool
 	// CertFile and KeyFile, when set (both), are the client certificate and
 	// its key that the connection presents to servers that ask for one
 	// (tls { verify: true }); read again at every (re)connect too.
@@ -98,6 +102,11 @@ func (c Credentials) options() ([]nats.Option, error) {
 			return nil, fmt.Errorf("--nats-ca %s: no PEM certificate could be read from it (%w)", c.CAFile, err)
 		}
 		opts = append(opts, ca)
+		if c.CAIfAsked {
+			// RootCAs asks for TLS; nats.go still switches to it, with
+			// these CAs, when the server's INFO requires it.
+			opts = append(opts, func(o *nats.Options) error { o.Secure = false; return nil })
+		}
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return nil, errors.New("give --nats-cert and --nats-key together: a client certificate and its key")

@@ -65,7 +65,7 @@ type TLSIssued struct {
 func (c Credentials) InitTLS(hosts []string) (TLSIssued, error) {
 	var out TLSIssued
 	for _, h := range hosts {
-		if h == "" || len(h) > 253 || (net.ParseIP(h) == nil && !validDNSName(h)) {
+		if !ValidTLSHost(h) {
 			return out, fmt.Errorf("credentials: TLS host %q: give a DNS name or an IP address", h)
 		}
 	}
@@ -300,6 +300,12 @@ func certHosts(cert *x509.Certificate) []string {
 }
 
 // validDNSName: letters, digits, '-' and '.', in labels of 1-63 characters.
+// ValidTLSHost reports whether a certificate can name h: an IP address or a
+// DNS name.
+func ValidTLSHost(h string) bool {
+	return h != "" && len(h) <= 253 && (net.ParseIP(h) != nil || validDNSName(h))
+}
+
 func validDNSName(h string) bool {
 	label := 0
 	for i := 0; i < len(h); i++ {

@@ -119,6 +119,12 @@ type Config struct {
 	// OnError, when set, is called with every error the server logs (for
 	// example "Filestore [ORDER_EVENTS] Critical write error: ...").
 	OnError func(msg string) `json:"-"`
+	// TLSCert and TLSKey, when set (both), are the PEM certificate and key
+	// of the client port, which then requires TLS of every TCP client.
+	// Connections in the server's process (nats.InProcessServer, the
+	// readiness probe) are exempt: nats-server lets them choose.
+	TLSCert string
+	TLSKey  string
 }
 
 // Validate reports every problem with the config.
@@ -137,6 +143,9 @@ func (c Config) Validate() error {
 		if _, _, err := splitHostPort(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("embedded NATS: listen address: %w", err))
 		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("embedded NATS: TLS needs both a certificate and its key"))
 	}
 	if c.Cluster != nil {
 		if c.Cluster.Name == "" {
@@ -238,6 +247,13 @@ func Options(cfg Config) (*server.Options, error) {
 	} else {
 		host, port, _ := splitHostPort(cfg.Listen)
 		opts.Host, opts.Port = host, port
+	}
+	if cfg.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS: TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS = tc, true
 	}
 	if c := cfg.Cluster; c != nil {
 		host, port, _ := splitHostPort(c.Listen)

@@ -279,7 +279,7 @@ func fileExists(path string) bool {
 func Attach(cfg *orderlyserver.Config, urls string, creds natsauth.Credentials, user string) {
 	register(urls, creds)
 	cfg.NATSURL = urls
-	cfg.Credentials = jsstore.Credentials{NkeyFile: creds.SeedPath(user)}
+	cfg.Credentials = As(creds, user)
 	cfg.InboxPrefix = natsauth.InboxPrefix(user)
 }
 

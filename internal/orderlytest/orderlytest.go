@@ -141,9 +141,10 @@ func (i *Instance) JetStream(t testing.TB) jetstream.JetStream {
 	return js
 }
 
-// Operator are the operator's credentials of the instance's NATS.
+// Operator are the operator's credentials of the instance's NATS, with its
+// CA when it has TLS.
 func (i *Instance) Operator() jsstore.Credentials {
-	return jsstore.Credentials{NkeyFile: i.Creds.SeedPath(natsauth.Operator)}
+	return As(i.Creds, natsauth.Operator)
 }
 
 // Response is a read HTTP response.

@@ -223,13 +223,16 @@ type Process struct {
 	URL string
 	// Output, when set, receives its stdout and stderr.
 	Output io.Writer
-	Cmd    *exec.Cmd
+	// Dir, when set, is its working directory.
+	Dir string
+	Cmd *exec.Cmd
 }
 
 // Start starts the process and waits up to 30 s for it to be ready.
 func (p *Process) Start() {
 	p.T.Helper()
 	p.Cmd = exec.Command(p.Bin, p.Args...)
+	p.Cmd.Dir = p.Dir
 	if os.Getenv("ORDERLY_TEST_LOG") != "" {
 		p.Cmd.Stdout, p.Cmd.Stderr = os.Stderr, os.Stderr
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/orderly-dev/orderly/internal/app"
 	"github.com/orderly-dev/orderly/internal/hub"
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/ops"
 	"github.com/orderly-dev/orderly/internal/pipeline"
@@ -54,6 +55,17 @@ type Config struct {
 	InboxPrefix string
 	// NATSListen is the embedded server's client address; empty: in-process only.
 	NATSListen string
+	// NATSTLS is when the embedded server's client port requires TLS:
+	// NATSTLSAuto (or empty) when NATSListen can be reached from other
+	// hosts, NATSTLSOn, NATSTLSOff. Its CA and certificate are made in
+	// DataDir/credentials (natsauth.InitTLS), and orderly's own connection
+	// trusts that CA.
+	NATSTLS string
+	// NATSTLSHosts are more names and addresses that clients on other hosts
+	// reach the embedded server at, for its certificate, besides the
+	// listen host, this host's name and, for an unspecified listen host
+	// (0.0.0.0, ::), this host's addresses.
+	NATSTLSHosts []string
 	// NATSName names the embedded server.
 	NATSName string
 	// NATSProcess is where the embedded server runs: natsserver.InProcess
@@ -174,6 +186,7 @@ func DefaultConfig() Config {
 		DataDir:     "./data",
 		NATSListen:  "127.0.0.1:4222",
 		NATSName:    "orderly",
+		NATSTLS:     NATSTLSAuto,
 		NATSProcess: natsserver.InProcess,
 		Fsync:       natsserver.Fsync{Interval: time.Second},
 		Topology:    jsstore.DefaultTopology(),
@@ -195,6 +208,25 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 40 * time.Second,
 		HTTP:            HTTPLimits{HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 32 << 10},
 	}
+}
+
+// The values of Config.NATSTLS.
+const (
+	NATSTLSAuto = "auto"
+	NATSTLSOn   = "on"
+	NATSTLSOff  = "off"
+)
+
+// embeddedTLS reports whether the embedded server's client port requires
+// TLS.
+func (c Config) embeddedTLS() bool {
+	switch c.NATSTLS {
+	case NATSTLSOn:
+		return true
+	case NATSTLSOff:
+		return false
+	}
+	return c.NATSListen != "" && !LoopbackOnly(c.NATSListen)
 }
 
 // OrderIDsAuto makes an API follow the form of order IDs stored with the
@@ -247,7 +279,20 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.NATSURL == "" && (c.Credentials.CAFile != "" || c.Credentials.CertFile != "" || c.Credentials.KeyFile != "") {
-		errs = append(errs, errors.New("NATS TLS files (--nats-ca, --nats-cert, --nats-key): only with --nats-url; orderly reaches its embedded server over loopback, without TLS"))
+		errs = append(errs, errors.New("NATS TLS files (--nats-ca, --nats-cert, --nats-key): only with --nats-url; the embedded server's TLS is --nats-tls, and orderly trusts its CA itself"))
+	}
+	switch c.NATSTLS {
+	case "", NATSTLSAuto, NATSTLSOn, NATSTLSOff:
+	default:
+		errs = append(errs, fmt.Errorf("NATS TLS must be %s, %s or %s, got %q", NATSTLSAuto, NATSTLSOn, NATSTLSOff, c.NATSTLS))
+	}
+	if c.NATSURL != "" && (c.NATSTLS == NATSTLSOn || len(c.NATSTLSHosts) > 0) {
+		errs = append(errs, errors.New("NATS TLS of the embedded server (--nats-tls on, --nats-tls-host): not with --nats-url, whose servers have TLS of their own (trust their CA with --nats-ca)"))
+	}
+	for _, h := range c.NATSTLSHosts {
+		if !natsauth.ValidTLSHost(h) {
+			errs = append(errs, fmt.Errorf("NATS TLS host %q: give a DNS name or an IP address", h))
+		}
 	}
 	if c.NATSPprofAddr != "" && (c.NATSURL != "" || c.NATSProcess != natsserver.Child) {
 		errs = append(errs, errors.New("NATS pprof address: only for an embedded server in its own process (in process, the pprof address profiles both)"))

@@ -3,9 +3,13 @@ package server_test
 import (
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -117,6 +121,7 @@ func TestEmbeddedNATSBeyondLoopbackWarns(t *testing.T) {
 	} {
 		cfg := orderlytest.Config(t)
 		cfg.NATSListen = addr
+		cfg.NATSTLS = server.NATSTLSOff
 		out := &orderlytest.Buffer{}
 		orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(out, nil)))
 		if got := strings.Contains(out.String(), warning); got != warns {
@@ -126,4 +131,87 @@ func TestEmbeddedNATSBeyondLoopbackWarns(t *testing.T) {
 			t.Errorf("--nats-listen %s: the warning does not name the address:\n%s", addr, out.String())
 		}
 	}
+}
+
+// TestEmbeddedNATSTLS: the embedded server's client port requires TLS when
+// other hosts can reach it (--nats-tls auto) or when asked (on), in process
+// and in a child process. A client without the CA of <data-dir>/credentials
+// is refused, one with it gets in, by loopback and by an address of this
+// host's network; orderly's own connection trusts the CA (an order goes
+// through) and exports the certificate's end. On loopback, and with
+// --nats-tls off, the port speaks plain NATS; only off beyond loopback warns
+// of clear text.
+func TestEmbeddedNATSTLS(t *testing.T) {
+	t.Parallel()
+	everywhere := func() string { return fmt.Sprintf("0.0.0.0:%d", orderlytest.FreePort(t)) }
+	for _, c := range []struct {
+		name, listen, tls, process string
+		want                       bool
+	}{
+		{"every address, auto", everywhere(), server.NATSTLSAuto, natsserver.InProcess, true},
+		{"every address, auto, child", everywhere(), server.NATSTLSAuto, natsserver.Child, true},
+		{"loopback, on", "127.0.0.1:-1", server.NATSTLSOn, natsserver.InProcess, true},
+		{"loopback, auto", "127.0.0.1:-1", server.NATSTLSAuto, natsserver.InProcess, false},
+		{"every address, off", everywhere(), server.NATSTLSOff, natsserver.InProcess, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := orderlytest.Config(t)
+			cfg.NATSListen, cfg.NATSTLS, cfg.NATSProcess = c.listen, c.tls, c.process
+			out := &orderlytest.Buffer{}
+			inst := orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(out, nil)))
+			if r := inst.PostOrder(t, "tls-1", orderlytest.Order("c-tls")); r.Status != http.StatusCreated {
+				t.Fatalf("an order: %d %s", r.Status, r.Body)
+			}
+			ca := inst.Creds.TLSPath(natsauth.TLSCAFile)
+			if got := inst.NATSCA() != ""; got != c.want {
+				t.Errorf("TLS %v, want %v", got, c.want)
+			}
+			if warned, want := strings.Contains(out.String(), "clear text"), !c.want && !server.LoopbackOnly(c.listen); warned != want {
+				t.Errorf("warned of clear text %v, want %v:\n%s", warned, want, out.String())
+			}
+			_, port, _ := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(inst.NATSURL(), "tls://"), "nats://"))
+			urls := []string{"nats://127.0.0.1:" + port}
+			if ip := networkAddress(); ip != "" && !server.LoopbackOnly(c.listen) {
+				urls = append(urls, "nats://"+net.JoinHostPort(ip, port))
+			}
+			for _, url := range urls {
+				plain, err := jsstore.Dial(url, jsstore.Credentials{NkeyFile: inst.Creds.SeedPath(natsauth.Operator)}, "tls-test")
+				if err == nil {
+					plain.Close()
+				}
+				if refused := err != nil; refused != c.want {
+					t.Errorf("%s without the CA: refused %v (%v), want %v", url, refused, err, c.want)
+				}
+				if !c.want {
+					continue
+				}
+				nc, err := jsstore.Dial(url, jsstore.Credentials{NkeyFile: inst.Creds.SeedPath(natsauth.Operator), CAFile: ca}, "tls-test")
+				if err != nil {
+					t.Errorf("%s with the CA %s: %v", url, ca, err)
+					continue
+				}
+				if _, err := nc.TLSConnectionState(); err != nil {
+					t.Errorf("%s with the CA: not TLS: %v", url, err)
+				}
+				nc.Close()
+			}
+			body := string(orderlytest.Do(t, http.MethodGet, inst.URL+"/metrics", nil).Body)
+			if got := strings.Contains(body, "orderly_nats_tls_expiry_timestamp_seconds "); got != c.want {
+				t.Errorf("certificate expiry exported %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// networkAddress is an address of this host beyond loopback, "" when it has
+// none.
+func networkAddress() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
 }

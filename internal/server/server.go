@@ -18,9 +18,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,6 +80,7 @@ type Server struct {
 	writes       jsstore.WriteHealth
 	fault        storeFault
 	creds        natsauth.Credentials
+	tlsCA        string // the embedded server's CA when it requires TLS
 	stopping     atomic.Bool
 
 	wg       sync.WaitGroup
@@ -264,6 +268,11 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 			Accounts: s.creds.ConfigPath(), Probe: []nats.Option{operator}, PprofAddr: s.cfg.NATSPprofAddr,
 			DedupWindow: s.cfg.Topology.DedupWindow, MemoryLimit: s.cfg.NATSMemoryLimit,
 		}
+		if s.cfg.embeddedTLS() {
+			if err := s.embeddedTLSFiles(&ncfg); err != nil {
+				return nil, err
+			}
+		}
 		if s.cfg.MinFreeSpace > 0 {
 			// The disk guard follows the real free space; nats-server's own
 			// default limit is fixed at start and outlives a disk that grows.
@@ -306,23 +315,23 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		}
 		s.logger.Info("embedded NATS started", "process", s.cfg.NATSProcess, "pid", s.NATSPID(), "store", abs,
 			"client_url", s.NATSURL(), "fsync", s.cfg.Fsync.String(), "credentials", s.creds.Dir)
-		if s.cfg.NATSListen != "" && !LoopbackOnly(s.cfg.NATSListen) {
-			// The users' keys authenticate every client, but the embedded
-			// server has no TLS: what crosses the network can be read.
-			s.logger.Warn("embedded NATS can be reached from other hosts, without TLS: its clients' orders and events cross the network in clear text; keep --nats-listen on loopback or a network you trust, or run the cluster of deploy/, which speaks TLS (docs/adr/0025)",
+		if s.cfg.NATSListen != "" && !LoopbackOnly(s.cfg.NATSListen) && !s.cfg.embeddedTLS() {
+			// The users' keys authenticate every client, but without TLS
+			// what crosses the network can be read.
+			s.logger.Warn("embedded NATS can be reached from other hosts, without TLS (--nats-tls off): its clients' orders and events cross the network in clear text; keep --nats-listen on loopback or a network you trust, or leave --nats-tls at auto (docs/security.md)",
 				"addr", s.cfg.NATSListen)
 		}
 		// The components reach the embedded server over loopback TCP: it
 		// always listens, on a port of its own without --nats-listen.
-		ccfg.URL = s.ns.ClientURL()
+		ccfg.URL = loopbackURL(s.ns.ClientURL())
 		setup := jsstore.ConnectConfig{URL: ccfg.URL, Name: "setup",
-			Credentials: jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Operator)}}
+			Credentials: jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Operator), CAFile: s.NATSCA()}}
 		topo := s.cfg.Topology
 		topo.Projector = topo.Projector || s.cfg.Roles.Projector
 		if err := Setup(ctx, SetupConfig{Connect: setup, Topology: topo, StartupTimeout: s.cfg.StartupTimeout}, s.logger); err != nil {
 			return nil, err
 		}
-		ccfg.Credentials = jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Serve)}
+		ccfg.Credentials = jsstore.Credentials{NkeyFile: s.creds.SeedPath(natsauth.Serve), CAFile: s.NATSCA()}
 		ccfg.InboxPrefix = natsauth.InboxPrefix(natsauth.Serve)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.StartupTimeout)
@@ -338,6 +347,87 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 	}
 	return jsstore.FastPublish(js, 5*time.Second), nil
 }
+
+// embeddedTLSFiles makes the embedded server's CA and certificate in the
+// credentials directory, or issues the certificate again (natsauth.InitTLS),
+// and gives them to ncfg.
+func (s *Server) embeddedTLSFiles(ncfg *natsserver.Config) error {
+	hosts := embeddedTLSHosts(s.cfg.NATSListen, s.cfg.NATSTLSHosts)
+	issued, err := s.creds.InitTLS(hosts)
+	if err != nil {
+		return err
+	}
+	if err := s.creds.CheckTLS(); err != nil {
+		return err
+	}
+	ca := s.creds.TLSPath(natsauth.TLSCAFile)
+	if issued.CA {
+		s.logger.Info("embedded NATS: made a CA; clients on other hosts trust it (nats --tlsca, --nats-ca)", "ca", ca)
+	}
+	if issued.Node {
+		s.logger.Info("embedded NATS: issued its certificate", "why", issued.Reason, "hosts", strings.Join(issued.Hosts, ","),
+			"expires", issued.Expires.Format(time.DateOnly))
+	}
+	s.logger.Info("embedded NATS requires TLS of its clients", "ca", ca, "hosts", strings.Join(issued.Hosts, ","),
+		"expires", issued.Expires.Format(time.DateOnly))
+	ncfg.TLSCert, ncfg.TLSKey = s.creds.TLSPath(natsauth.TLSNodeFile), s.creds.TLSPath(natsauth.TLSNodeKeyFile)
+	s.tlsCA = ca
+	return nil
+}
+
+// embeddedTLSHosts are the names the embedded server's certificate holds
+// beyond natsauth.DefaultTLSHosts: the listen host, this host's name, and,
+// for an unspecified listen host (0.0.0.0, ::), the addresses of this
+// host's interfaces, so that a client on another host may connect by
+// any of them; then extra.
+func embeddedTLSHosts(listen string, extra []string) []string {
+	var hosts []string
+	host, _, _ := net.SplitHostPort(listen)
+	ip, err := netip.ParseAddr(host)
+	switch {
+	case host == "" || err == nil && ip.IsUnspecified():
+		addrs, _ := net.InterfaceAddrs()
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().IsGlobalUnicast() {
+				hosts = append(hosts, ip.Unmap().String())
+			}
+		}
+	case natsauth.ValidTLSHost(host):
+		hosts = append(hosts, host)
+	}
+	if name, err := os.Hostname(); err == nil && natsauth.ValidTLSHost(name) {
+		hosts = append(hosts, name)
+	}
+	return append(hosts, extra...)
+}
+
+// loopbackURL is a client URL whose unspecified host (a server listening on
+// 0.0.0.0 or ::) is the loopback address, which the embedded server's
+// certificate holds.
+func loopbackURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	ip, err := netip.ParseAddr(p.Hostname())
+	if err != nil || !ip.IsUnspecified() {
+		return u
+	}
+	lo := "127.0.0.1"
+	if ip.Is6() {
+		lo = "::1"
+	}
+	p.Host = net.JoinHostPort(lo, p.Port())
+	return p.String()
+}
+
+// NATSCA is the CA file of the embedded server's TLS, "" without TLS or
+// without an embedded server.
+func (s *Server) NATSCA() string { return s.tlsCA }
 
 // user is the NATS user of the process's roles: the role's own, or serve
 // for several.
@@ -375,12 +465,14 @@ func (s *Server) HTTPAddr() string {
 	return s.httpLn.Addr().String()
 }
 
-// NATSURL is the embedded server's client URL, or "" without one or without a port.
+// NATSURL is the embedded server's client URL, or "" without one or without
+// a port. A server listening on every address (0.0.0.0, ::) is named by its
+// loopback address.
 func (s *Server) NATSURL() string {
 	if s.ns == nil || s.cfg.NATSListen == "" {
 		return ""
 	}
-	return s.ns.ClientURL()
+	return loopbackURL(s.ns.ClientURL())
 }
 
 // NATSConnectedURL is the URL orderly's own connection to NATS uses, without
