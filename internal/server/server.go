@@ -405,20 +405,20 @@ func embeddedTLSHosts(listen string, extra []string) []string {
 	return append(hosts, extra...)
 }
 
-// loopbackURL is a client URL whose unspecified host (a server listening on
-// 0.0.0.0 or ::) is the loopback address, which the embedded server's
-// certificate holds.
+// loopbackURL is a client URL whose unspecified or empty host (a server
+// listening on 0.0.0.0, :: or every address) is the loopback address,
+// which the embedded server's certificate holds.
 func loopbackURL(u string) string {
 	p, err := url.Parse(u)
 	if err != nil {
 		return u
 	}
 	ip, err := netip.ParseAddr(p.Hostname())
-	if err != nil || !ip.IsUnspecified() {
+	if p.Hostname() != "" && (err != nil || !ip.IsUnspecified()) {
 		return u
 	}
 	lo := "127.0.0.1"
-	if ip.Is6() {
+	if err == nil && ip.Is6() {
 		lo = "::1"
 	}
 	p.Host = net.JoinHostPort(lo, p.Port())
