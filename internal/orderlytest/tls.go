@@ -52,20 +52,21 @@ func TLSNATSVerifying(tb testing.TB, creds natsauth.Credentials, files TLSFiles)
 func tlsNATS(tb testing.TB, creds natsauth.Credentials, files TLSFiles, verify bool) string {
 	tb.Helper()
 	opts, err := natsserver.Options(natsserver.Config{ServerName: "tls", StoreDir: tb.TempDir(), Listen: "127.0.0.1:-1",
-		Fsync: natsserver.Fsync{Interval: time.Second}, Accounts: creds.ConfigPath()})
+		Fsync: natsserver.Fsync{Interval: time.Second}, Accounts: creds.ConfigPath(), TLSCert: files.Cert, TLSKey: files.Key})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	scheme := "nats://"
 	if files.Cert != "" {
-		tc := &server.TLSConfigOpts{CertFile: files.Cert, KeyFile: files.Key}
-		if verify {
-			tc.CaFile, tc.Verify = files.CA, true
-		}
+		scheme = "tls://"
+	}
+	if verify {
+		// The embedded server never asks for client certificates.
+		tc := &server.TLSConfigOpts{CertFile: files.Cert, KeyFile: files.Key, CaFile: files.CA, Verify: true}
 		if opts.TLSConfig, err = server.GenTLSConfig(tc); err != nil {
 			tb.Fatal(err)
 		}
-		opts.TLS, opts.TLSVerify, opts.TLSTimeout, scheme = true, verify, 2, "tls://"
+		opts.TLSVerify = true
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
