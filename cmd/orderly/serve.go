@@ -115,7 +115,7 @@ type ServeCmd struct {
 	ProjectorFlags
 	DataDir         string        `name:"data-dir" env:"ORDERLY_DATA_DIR" default:"./data" type:"path" help:"Where the embedded NATS server keeps its data, and the NATS credentials (credentials/*.nk, mode 0600)."`
 	NATSListen      string        `name:"nats-listen" env:"ORDERLY_NATS_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server, for the nats CLI and other services (with the credentials under <data-dir>/credentials); empty: no port for others (orderly itself reaches the server, in a child process or in its own, over a random loopback port, with the same credentials)."`
-	NATSTLS         string        `name:"nats-tls" env:"ORDERLY_NATS_TLS" enum:"auto,on,off" default:"auto" help:"Whether the embedded NATS server's client port requires TLS: auto (when --nats-listen can be reached from other hosts), on or off (a network you trust). Its CA and certificate are made in <data-dir>/credentials (tls-ca.pem: give it to the clients, nats --tlsca or --nats-ca), the certificate is issued again at start when it lacks a name or expires within 30 days; orderly's own connection trusts the CA."`
+	NATSTLS         string        `name:"nats-tls" env:"ORDERLY_NATS_TLS" enum:"auto,on,off" default:"auto" help:"Whether the embedded NATS server's client port requires TLS: auto (when --nats-listen can be reached from other hosts), on or off (a network you trust). Its CA and certificate are made in <data-dir>/credentials (tls-ca.pem: give it to the clients, nats --tlsca or --nats-ca), the certificate is issued again at start and on SIGHUP when it lacks a name or expires within 30 days, and served to the next client without a restart; orderly's own connection trusts the CA."`
 	NATSTLSHosts    []string      `name:"nats-tls-host" env:"ORDERLY_NATS_TLS_HOSTS" help:"Names and addresses clients on other hosts reach the embedded NATS server at, for its TLS certificate (repeatable or comma-separated), besides the --nats-listen host, this host's name and, when it listens on every address, this host's addresses."`
 	NATSProcess     string        `name:"nats-process" env:"ORDERLY_NATS_PROCESS" enum:"in-process,child" default:"in-process" help:"Where the embedded NATS server runs: in-process (one process; on a 2-core host 25-35% more orders a second than child, docs/adr/0016) or child (a process of its own, started from this binary, that dies with orderly: the server's garbage collection and memory stay out of orderly's process, docs/adr/0014)."`
 	NATSPprofAddr   string        `name:"nats-pprof-addr" env:"ORDERLY_NATS_PPROF_ADDR" help:"Serve the Go profiles of the embedded NATS server's own process (net/http/pprof, no authentication) on this loopback address, such as 127.0.0.1:6061 (others are refused); empty: off. With --nats-process in-process, --pprof-addr profiles both."`
@@ -360,8 +360,9 @@ wait:
 			g.logger.Error("a component stopped; shutting down", "err", failure)
 			break wait
 		case <-hup:
-			if tokensFile == "" && metricsTokenFile == "" {
-				g.logger.Info("SIGHUP: nothing to reload (no --tokens-file, no --metrics-token-file)")
+			renewed := renewNATSTLS(g.logger, s)
+			if tokensFile == "" && metricsTokenFile == "" && !renewed {
+				g.logger.Info("SIGHUP: nothing to reload (no --tokens-file, no --metrics-token-file, no TLS of an embedded NATS server)")
 			}
 			reloadTokens(g.logger, s, tokensFile)
 			reloadMetricsToken(g.logger, s, metricsTokenFile)
@@ -374,6 +375,26 @@ wait:
 	}
 	g.logger.Info("stopped")
 	return failure
+}
+
+// renewNATSTLS issues the embedded NATS server's certificate again when it
+// is due, and says what it did; false without an embedded server with TLS.
+func renewNATSTLS(logger *slog.Logger, s *server.Server) bool {
+	issued, ok, err := s.RenewNATSTLS()
+	switch {
+	case !ok:
+	case err != nil:
+		logger.Error("SIGHUP: the embedded NATS server's certificate was not renewed; it keeps the one it has", "err", err)
+	case issued.CA:
+		logger.Warn("SIGHUP: the embedded NATS server has a new CA (the one before was gone) and a certificate it signed: clients on other hosts need the new CA",
+			"ca", s.NATSCA(), "hosts", strings.Join(issued.Hosts, ","), "expires", issued.Expires.Format(time.DateOnly))
+	case issued.Node:
+		logger.Info("SIGHUP: the embedded NATS server's certificate was issued again; clients that connect from now on get it",
+			"why", issued.Reason, "hosts", strings.Join(issued.Hosts, ","), "expires", issued.Expires.Format(time.DateOnly))
+	default:
+		logger.Info("SIGHUP: the embedded NATS server's certificate is not due for renewal", "expires", issued.Expires.Format(time.DateOnly))
+	}
+	return ok
 }
 
 // reloadTokens reads path again and replaces the API's tokens with what it

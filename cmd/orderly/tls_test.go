@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,7 +71,8 @@ func TestRolesOverTLS(t *testing.T) {
 // address requires TLS there by default and says where its CA is; a tool
 // run beside it (the default --data-dir) trusts that CA itself, also when
 // the server has no TLS any more; a tool elsewhere needs --nats-ca, and the
-// error names it.
+// error names it. SIGHUP keeps a certificate that is not due and issues one
+// that is again.
 func TestServeWithNATSTLS(t *testing.T) {
 	t.Parallel()
 	bin := orderlytest.BuildOrderly(t)
@@ -112,6 +114,26 @@ func TestServeWithNATSTLS(t *testing.T) {
 	}
 	if out, err := run(t.TempDir(), "status", "--nats-url", natsURL, "--nats-nkey", operator, "--nats-ca", ca); err != nil || !strings.Contains(out, "ORDER_EVENTS") {
 		t.Errorf("status elsewhere with --nats-ca: %v\n%s", err, out)
+	}
+
+	log := p.Output.(*orderlytest.Buffer)
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	orderlytest.Eventually(t, 10*time.Second, "SIGHUP keeps a certificate that is not due", func() bool {
+		return strings.Contains(log.String(), "certificate is not due for renewal")
+	})
+	if err := os.Remove(filepath.Join(dir, "data", "credentials", natsauth.TLSNodeFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	orderlytest.Eventually(t, 10*time.Second, "SIGHUP issues a missing certificate again", func() bool {
+		return strings.Contains(log.String(), "certificate was issued again")
+	})
+	if out, err := run(dir, "status", "--nats-url", natsURL); err != nil || !strings.Contains(out, "ORDER_EVENTS") {
+		t.Errorf("status beside serve after the renewal: %v\n%s", err, out)
 	}
 	p.Kill9()
 

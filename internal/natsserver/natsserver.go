@@ -7,12 +7,15 @@ package natsserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -253,6 +256,14 @@ func Options(cfg Config) (*server.Options, error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded NATS: TLS: %w", err)
 		}
+		// The files are read again when they change, so that a certificate
+		// issued again while the server runs is presented to the next
+		// client without a reload.
+		files := &certFiles{cert: cfg.TLSCert, key: cfg.TLSKey}
+		if _, err := files.get(nil); err != nil {
+			return nil, fmt.Errorf("embedded NATS: TLS: %w", err)
+		}
+		tc.Certificates, tc.GetCertificate = nil, files.get
 		opts.TLSConfig, opts.TLS = tc, true
 	}
 	if c := cfg.Cluster; c != nil {
@@ -317,4 +328,43 @@ func (a slogAdapter) error(msg string) {
 	if a.onError != nil {
 		a.onError(msg)
 	}
+}
+
+// certFiles is a server certificate read from its files, and read again
+// at a handshake after either file changed (its size or modification time).
+// A pair that cannot be loaded leaves the one before in use.
+type certFiles struct {
+	cert, key string
+
+	mu      sync.Mutex
+	current *tls.Certificate
+	stamp   [2]fileStamp
+}
+
+type fileStamp struct {
+	size int64
+	mod  time.Time
+}
+
+func (f *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	var stamp [2]fileStamp
+	for i, path := range []string{f.cert, f.key} {
+		if st, err := os.Stat(path); err == nil {
+			stamp[i] = fileStamp{st.Size(), st.ModTime()}
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.current != nil && stamp == f.stamp {
+		return f.current, nil
+	}
+	pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+	if err != nil {
+		if f.current != nil {
+			return f.current, nil // half written, or a key not yet beside its certificate
+		}
+		return nil, err
+	}
+	f.current, f.stamp = &pair, stamp
+	return f.current, nil
 }

@@ -1,10 +1,12 @@
 package server_test
 
 import (
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -214,4 +216,53 @@ func networkAddress() string {
 		}
 	}
 	return ""
+}
+
+// TestEmbeddedNATSCertificateRenews: RenewNATSTLS (SIGHUP) keeps a
+// certificate that is not due and issues one that is (here: its file gone)
+// again; the server, in process or in a child, presents the new one to the
+// next client without a restart, and orderly's own connection goes on.
+func TestEmbeddedNATSCertificateRenews(t *testing.T) {
+	t.Parallel()
+	for _, process := range []string{natsserver.InProcess, natsserver.Child} {
+		t.Run(process, func(t *testing.T) {
+			t.Parallel()
+			cfg := orderlytest.Config(t)
+			cfg.NATSTLS, cfg.NATSProcess = server.NATSTLSOn, process
+			inst := orderlytest.Start(t, cfg)
+			served := func() *x509.Certificate {
+				t.Helper()
+				nc, err := jsstore.Dial(inst.NATSURL(), inst.Operator(), "tls-test")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer nc.Close()
+				st, err := nc.TLSConnectionState()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st.PeerCertificates[0]
+			}
+			before := served()
+			if issued, ok, err := inst.RenewNATSTLS(); !ok || err != nil || issued.Node {
+				t.Fatalf("a certificate that is not due: issued %+v, ok %v, err %v", issued, ok, err)
+			}
+			if err := os.Remove(inst.Creds.TLSPath(natsauth.TLSNodeFile)); err != nil {
+				t.Fatal(err)
+			}
+			if issued, ok, err := inst.RenewNATSTLS(); !ok || err != nil || !issued.Node {
+				t.Fatalf("a certificate whose file is gone: issued %+v, ok %v, err %v", issued, ok, err)
+			}
+			if after := served(); after.SerialNumber.Cmp(before.SerialNumber) == 0 {
+				t.Fatalf("the server still presents certificate %s after it was issued again", before.SerialNumber)
+			}
+			if r := inst.PostOrder(t, "renewed-1", orderlytest.Order("c-tls")); r.Status != http.StatusCreated {
+				t.Fatalf("an order after the renewal: %d %s", r.Status, r.Body)
+			}
+		})
+	}
+	plain := orderlytest.Start(t, orderlytest.Config(t))
+	if _, ok, _ := plain.RenewNATSTLS(); ok {
+		t.Fatal("RenewNATSTLS of a server without TLS says it renewed")
+	}
 }

@@ -352,12 +352,8 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 // credentials directory, or issues the certificate again (natsauth.InitTLS),
 // and gives them to ncfg.
 func (s *Server) embeddedTLSFiles(ncfg *natsserver.Config) error {
-	hosts := embeddedTLSHosts(s.cfg.NATSListen, s.cfg.NATSTLSHosts)
-	issued, err := s.creds.InitTLS(hosts)
+	issued, err := s.issueTLS()
 	if err != nil {
-		return err
-	}
-	if err := s.creds.CheckTLS(); err != nil {
 		return err
 	}
 	ca := s.creds.TLSPath(natsauth.TLSCAFile)
@@ -373,6 +369,30 @@ func (s *Server) embeddedTLSFiles(ncfg *natsserver.Config) error {
 	ncfg.TLSCert, ncfg.TLSKey = s.creds.TLSPath(natsauth.TLSNodeFile), s.creds.TLSPath(natsauth.TLSNodeKeyFile)
 	s.tlsCA = ca
 	return nil
+}
+
+// issueTLS makes the embedded server's CA and certificate, or issues the
+// certificate again, when they are missing, lack a name or expire within 30
+// days (natsauth.InitTLS), and checks them.
+func (s *Server) issueTLS() (natsauth.TLSIssued, error) {
+	issued, err := s.creds.InitTLS(embeddedTLSHosts(s.cfg.NATSListen, s.cfg.NATSTLSHosts))
+	if err != nil {
+		return issued, err
+	}
+	return issued, s.creds.CheckTLS()
+}
+
+// RenewNATSTLS issues the embedded server's certificate again when it is
+// due (within 30 days of its end, a name missing, the file gone), as a start
+// does; the server presents the new one to the clients that connect from
+// then on, those connected keep their session. orderly calls it on SIGHUP.
+// ok is false without an embedded server with TLS.
+func (s *Server) RenewNATSTLS() (issued natsauth.TLSIssued, ok bool, err error) {
+	if s.tlsCA == "" {
+		return issued, false, nil
+	}
+	issued, err = s.issueTLS()
+	return issued, true, err
 }
 
 // embeddedTLSHosts are the names the embedded server's certificate holds
