@@ -21,6 +21,8 @@ import (
 // its own, and one certificate for every node, for its client port and its
 // routes (which nats-server verifies both ways). orderly's processes trust
 // the CA with --nats-ca TLSCAFile. The keys are mode 0600, like the seeds.
+// orderly serve's embedded server has the same four files in its own
+// credentials directory when it requires TLS (ADR 0026).
 const (
 	TLSCAFile      = "tls-ca.pem"
 	TLSCAKeyFile   = "tls-ca.key"
@@ -299,13 +301,13 @@ func certHosts(cert *x509.Certificate) []string {
 	return hosts
 }
 
-// validDNSName: letters, digits, '-' and '.', in labels of 1-63 characters.
 // ValidTLSHost reports whether a certificate can name h: an IP address or a
 // DNS name.
 func ValidTLSHost(h string) bool {
 	return h != "" && len(h) <= 253 && (net.ParseIP(h) != nil || validDNSName(h))
 }
 
+// validDNSName: letters, digits, '-' and '.', in labels of 1-63 characters.
 func validDNSName(h string) bool {
 	label := 0
 	for i := 0; i < len(h); i++ {

@@ -357,15 +357,11 @@ func (s *Server) embeddedTLSFiles(ncfg *natsserver.Config) error {
 		return err
 	}
 	ca := s.creds.TLSPath(natsauth.TLSCAFile)
-	if issued.CA {
-		s.logger.Info("embedded NATS: made a CA; clients on other hosts trust it (nats --tlsca, --nats-ca)", "ca", ca)
-	}
+	attrs := []any{"ca", ca, "hosts", strings.Join(issued.Hosts, ","), "expires", issued.Expires.Format(time.DateOnly)}
 	if issued.Node {
-		s.logger.Info("embedded NATS: issued its certificate", "why", issued.Reason, "hosts", strings.Join(issued.Hosts, ","),
-			"expires", issued.Expires.Format(time.DateOnly))
+		attrs = append(attrs, "issued", issued.Reason, "new_ca", issued.CA)
 	}
-	s.logger.Info("embedded NATS requires TLS of its clients", "ca", ca, "hosts", strings.Join(issued.Hosts, ","),
-		"expires", issued.Expires.Format(time.DateOnly))
+	s.logger.Info("embedded NATS requires TLS of its clients, who trust its CA (nats --tlsca, --nats-ca)", attrs...)
 	ncfg.TLSCert, ncfg.TLSKey = s.creds.TLSPath(natsauth.TLSNodeFile), s.creds.TLSPath(natsauth.TLSNodeKeyFile)
 	s.tlsCA = ca
 	return nil

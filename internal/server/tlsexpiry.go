@@ -11,10 +11,11 @@ import (
 // tlsExpiry exports when the certificates of the NATS server a process is
 // connected to expire: the earliest end of the chain it verified (the
 // node's certificate, or the CA when that ends first). Nothing while the
-// connection is not TLS (orderly serve's embedded server). The alert
-// OrderlyNATSCertificateExpiring reads it: a deployed cluster's node
-// certificate lasts two years, and orderly credentials init issues it again
-// only when it runs (ADR 0025).
+// connection is not TLS (orderly serve's embedded server on loopback). The
+// alert OrderlyNATSCertificateExpiring reads it: a node certificate lasts
+// two years, and orderly credentials init (ADR 0025), or serve's start or
+// SIGHUP for its embedded server (ADR 0026), issues it again only when it
+// runs.
 type tlsExpiry struct {
 	nc   *nats.Conn
 	desc *prometheus.Desc
