@@ -48,14 +48,7 @@ func TestFeedWhoseConsumerCannotBeMade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The server puts the feed's consumer on the node its client is
-	// connected to. First the node that is neither that one nor the one
-	// kept goes down (the cluster keeps its quorum, the feed its consumer),
-	// then the feed's: its client moves to the one node left, where no meta
-	// leader can make the consumer again.
-	host := cluster.Index(orderlytest.FeedNode(t, js, events.EventStream))
-	cluster.Stop((host + 2) % 3)
-	cluster.Stop(host)
+	cluster.StopFeedAndQuorum(t, js, events.EventStream)
 	orderlytest.Eventually(t, 30*time.Second, "the feed to report the interruption", func() bool { return live() != nil })
 	// And it keeps reporting it: nats.go reports the missed heartbeats once,
 	// then nothing while it fails to make the consumer again.

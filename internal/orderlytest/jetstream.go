@@ -166,6 +166,28 @@ func (c *TestCluster) Stop(i int) {
 	}
 }
 
+// StopFeedAndQuorum takes down, of three nodes, the one that carries the
+// feed on stream that js's client follows and one more, so that no meta
+// leader can make its consumer again; the client is on, or moves to, the one
+// node left. First goes a node that holds neither the consumer nor the
+// client (the cluster keeps its quorum, the feed its consumer and its
+// connection), then the consumer's, found again. The server often puts the
+// consumer on another node than its client's: a CI run that stopped the
+// client's node first left a feed that stayed live, its client moved to the
+// node kept, where a consumer made again in the quorum's last seconds lives on.
+func (c *TestCluster) StopFeedAndQuorum(tb testing.TB, js jetstream.JetStream, stream string) {
+	tb.Helper()
+	host := c.Index(FeedNode(tb, js, stream))
+	first := (host + 2) % 3
+	if first == c.Index(js.Conn().ConnectedServerName()) {
+		first = (host + 1) % 3
+	}
+	c.Stop(first)
+	host = c.Index(FeedNode(tb, js, stream))
+	tb.Logf("stopped node %d; the feed's consumer is on node %d, its client on node %d", first, host, c.Index(js.Conn().ConnectedServerName()))
+	c.Stop(host)
+}
+
 // Restart starts node i again on its data; it returns once the node accepts
 // connections (it catches up with the cluster on its own).
 func (c *TestCluster) Restart(i int) {
@@ -310,7 +332,9 @@ func ExternalNATS(tb testing.TB, dir string, port int, creds natsauth.Credential
 
 // FeedNode is the server that carries a feed on stream: an ordered consumer
 // (one without a durable name), such as an API process's result feed. It
-// waits up to 10 s for the consumer to be listed with its node.
+// waits up to 10 s for the consumer to be listed with its node. When the
+// feed's client has made its consumer again and the old one is still listed
+// (nats.go deletes it in the background), it is the newer one's node.
 func FeedNode(tb testing.TB, js jetstream.JetStream, stream string) string {
 	tb.Helper()
 	var last error
@@ -320,13 +344,17 @@ func FeedNode(tb testing.TB, js jetstream.JetStream, stream string) string {
 			last = err
 			continue
 		}
+		var node string
+		var created time.Time
 		l := s.ListConsumers(context.Background())
 		for info := range l.Info() {
-			if info.Config.Durable == "" && info.Cluster != nil && info.Cluster.Leader != "" {
-				return info.Cluster.Leader
+			if info.Config.Durable == "" && info.Cluster != nil && info.Cluster.Leader != "" && info.Created.After(created) {
+				node, created = info.Cluster.Leader, info.Created
 			}
 		}
-		last = l.Err()
+		if last = l.Err(); last == nil && node != "" {
+			return node
+		}
 	}
 	tb.Fatalf("no feed on %s within 10 s (last error: %v)", stream, last)
 	return ""

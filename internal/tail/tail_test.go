@@ -414,9 +414,7 @@ func TestFollowEndsAtOnceInAnOutage(t *testing.T) {
 		_, err := tail.Tail(ctx, js, tail.Options{Follow: true}, &out)
 		done <- err
 	}()
-	host := cluster.Index(orderlytest.FeedNode(t, js, events.EventStream))
-	cluster.Stop((host + 2) % 3)
-	cluster.Stop(host)
+	cluster.StopFeedAndQuorum(t, js, events.EventStream)
 	// nats.go notices at once that the connection moved, and is then
 	// between attempts whose pauses grow to 10 s.
 	time.Sleep(5 * time.Second)
