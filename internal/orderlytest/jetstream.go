@@ -172,9 +172,11 @@ func (c *TestCluster) Stop(i int) {
 // node left. First goes a node that holds neither the consumer nor the
 // client (the cluster keeps its quorum, the feed its consumer and its
 // connection), then the consumer's, found again. The server often puts the
-// consumer on another node than its client's: a CI run that stopped the
-// client's node first left a feed that stayed live, its client moved to the
-// node kept, where a consumer made again in the quorum's last seconds lives on.
+// consumer on another node than its client's, and nats.go makes an ordered
+// consumer again on every reconnect: stopping the client's node first lets
+// that happen while the cluster still has its quorum, possibly on the node
+// kept, where the feed lives on (the likely cause of a CI run in which the
+// feed never reported its interruption; not reproduced here).
 func (c *TestCluster) StopFeedAndQuorum(tb testing.TB, js jetstream.JetStream, stream string) {
 	tb.Helper()
 	host := c.Index(FeedNode(tb, js, stream))
