@@ -16,21 +16,22 @@ import (
 
 // BenchCmd is orderly bench.
 type BenchCmd struct {
-	URL         string        `name:"url" env:"ORDERLY_BENCH_URL" default:"http://127.0.0.1:8080" help:"Base URL of the orderly API to load."`
-	Connections int           `name:"connections" short:"c" default:"64" help:"Concurrent connections, one request in flight each."`
-	Duration    time.Duration `name:"duration" short:"d" default:"10s" help:"Length of the measured run (0 with --requests: until that many)."`
-	Requests    int           `name:"requests" short:"n" default:"0" help:"Stop after this many requests (0: run for --duration)."`
-	Warmup      time.Duration `name:"warmup" default:"2s" help:"Unmeasured load before the run."`
-	PayloadSize int           `name:"payload-size" default:"500" help:"Approximate size of each order body in bytes."`
-	Mix         string        `name:"mix" default:"new:100" help:"Request kinds in percent: new (fresh key), replay (key of a finished order), dup (the key another connection just sent). Example: new:80,replay:15,dup:5."`
-	Async       bool          `name:"async" help:"Send Prefer: respond-async (answer 202 once stored)."`
-	Poll        bool          `name:"poll" help:"Make each connection a client that follows its 202s: it GETs a pending order once the answer's Retry-After has passed (before its next POST) until it sees the order decided, and after the run polls what is still pending (up to --poll-drain). Reports the polls per order and when the clients saw their orders decided."`
-	PollEvery   time.Duration `name:"poll-every" default:"0s" help:"With --poll: poll at this interval whatever Retry-After says (a client that ignores it); 0: honour Retry-After."`
-	PollDrain   time.Duration `name:"poll-drain" default:"60s" help:"With --poll: how long to go on polling after the run."`
-	ReplayKeys  int           `name:"replay-keys" default:"2000" help:"Orders created before the run for the replays."`
-	Token       string        `name:"token" env:"ORDERLY_BENCH_TOKEN" help:"Bearer token, when the API has tokens configured."`
-	JSON        bool          `name:"json" help:"Print the results as JSON on stdout (progress still goes to stderr)."`
-	Baseline    bool          `name:"baseline" help:"Also measure, in the same run, the ceiling (a bare gin handler in this binary doing the same HTTP and JSON work without NATS) and the raw JetStream synchronous publish rate on --nats-url, and print orderly's figures as ratios of them."`
+	URL           string        `name:"url" env:"ORDERLY_BENCH_URL" default:"http://127.0.0.1:8080" help:"Base URL of the orderly API to load."`
+	Connections   int           `name:"connections" short:"c" default:"64" help:"Concurrent connections, one request in flight each."`
+	Duration      time.Duration `name:"duration" short:"d" default:"10s" help:"Length of the measured run (0 with --requests: until that many)."`
+	Requests      int           `name:"requests" short:"n" default:"0" help:"Stop after this many requests (0: run for --duration)."`
+	Warmup        time.Duration `name:"warmup" default:"2s" help:"Unmeasured load before the run."`
+	PayloadSize   int           `name:"payload-size" default:"500" help:"Approximate size of each order body in bytes."`
+	Mix           string        `name:"mix" default:"new:100" help:"Request kinds in percent: new (fresh key), replay (key of a finished order), dup (the key another connection just sent). Example: new:80,replay:15,dup:5."`
+	Async         bool          `name:"async" help:"Send Prefer: respond-async (answer 202 once stored)."`
+	Poll          bool          `name:"poll" help:"Make each connection a client that follows its 202s: it GETs a pending order once the answer's Retry-After has passed (before its next POST) until it sees the order decided, and after the run polls what is still pending (up to --poll-drain). Reports the polls per order and when the clients saw their orders decided."`
+	PollEvery     time.Duration `name:"poll-every" default:"0s" help:"With --poll: poll at this interval whatever Retry-After says (a client that ignores it); 0: honour Retry-After."`
+	PollDrain     time.Duration `name:"poll-drain" default:"60s" help:"With --poll: how long to go on polling after the run."`
+	ReplayKeys    int           `name:"replay-keys" default:"2000" help:"Orders created before the run for the replays."`
+	Token         string        `name:"token" env:"ORDERLY_BENCH_TOKEN" help:"Bearer token, when the API has tokens configured."`
+	JSON          bool          `name:"json" help:"Print the results as JSON on stdout (progress still goes to stderr)."`
+	ProgressEvery time.Duration `name:"progress-every" default:"5s" help:"Where stderr is not a terminal: write a progress line this often, with the rate and the p99 of the requests since the line before (below 1s the lines give the time to a hundredth of a second: 250ms shows when a stall, such as a collection of a large heap, happens). At least 10ms."`
+	Baseline      bool          `name:"baseline" help:"Also measure, in the same run, the ceiling (a bare gin handler in this binary doing the same HTTP and JSON work without NATS) and the raw JetStream synchronous publish rate on --nats-url, and print orderly's figures as ratios of them."`
 	ToolNATS
 	Waiters int           `name:"waiters" help:"Instead of load: hold this many long polls (GET ?wait=) on one pending order and report what they cost the server (memory, goroutines) from its /metrics. Run the server with --roles api,projector so the order stays pending."`
 	Hold    time.Duration `name:"hold" default:"30s" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait)."`
@@ -53,6 +54,7 @@ func (c *BenchCmd) Run(g *globals) error {
 		URL: strings.TrimRight(c.URL, "/"), Connections: c.Connections, Duration: c.Duration, Requests: c.Requests,
 		Warmup: c.Warmup, PayloadSize: c.PayloadSize, Mix: mix, Async: c.Async, ReplayKeys: c.ReplayKeys,
 		Poll: c.Poll, PollEvery: c.PollEvery, PollDrain: c.PollDrain, Token: c.Token, Progress: os.Stderr,
+		ProgressEvery: c.ProgressEvery,
 	}
 	if c.Requests > 0 && c.Duration == 10*time.Second {
 		cfg.Duration = 0 // --requests alone: run until that many

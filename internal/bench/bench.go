@@ -101,8 +101,12 @@ type Config struct {
 	// Token is sent as Authorization: Bearer when not empty.
 	Token string
 	// Progress, when not nil, shows how far the run is: a bar on a
-	// terminal, else a line every progress.Every and one at the end.
+	// terminal, else a line every ProgressEvery and one at the end.
 	Progress io.Writer
+	// ProgressEvery is how often a progress line is written where Progress
+	// is not a terminal, each with the rate and the p99 of the requests
+	// since the line before (0: progress.Every, 5 s). At least 10 ms.
+	ProgressEvery time.Duration
 }
 
 // Validate reports every problem with c.
@@ -126,6 +130,9 @@ func (c Config) Validate() error {
 	if c.PollEvery < 0 || c.PollDrain < 0 {
 		errs = append(errs, errors.New("poll interval and poll drain must not be negative"))
 	}
+	if c.ProgressEvery < 0 || (c.ProgressEvery > 0 && c.ProgressEvery < 10*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("progress interval %s: give 0 (the default) or at least 10ms", c.ProgressEvery))
+	}
 	if c.PollEvery > 0 && !c.Poll {
 		errs = append(errs, errors.New("a poll interval needs polling clients (--poll)"))
 	}
@@ -137,7 +144,11 @@ func (c Config) Validate() error {
 
 // Result is what a run measured.
 type Result struct {
-	Name      string         `json:"name"`
+	Name string `json:"name"`
+	// Started is when the measured run began (after the warm-up and the
+	// orders made for replays): the 0 s of its progress lines, to line them
+	// up with a server's log.
+	Started   time.Time      `json:"started"`
 	Requests  int            `json:"requests"`
 	Errors    int            `json:"errors"`
 	Seconds   float64        `json:"seconds"`
@@ -436,7 +447,7 @@ func (r *run) load(ctx context.Context, budget int, progress io.Writer, drain bo
 		cancel()
 	}
 
-	res := Result{Status: map[string]int{}, Kinds: map[string]int{}, Seconds: elapsed.Seconds(), MachineCPU: cpu}
+	res := Result{Started: start, Status: map[string]int{}, Kinds: map[string]int{}, Seconds: elapsed.Seconds(), MachineCPU: cpu}
 	for _, w := range workers {
 		res.samples = append(res.samples, w.samples...)
 		res.Errors += w.errors
@@ -490,15 +501,15 @@ func (r *run) progress(ctx context.Context, w io.Writer, done *atomic.Int64, lat
 	if end, ok := ctx.Deadline(); ok && r.cfg.Duration > 0 {
 		d = max(end.Sub(start), time.Millisecond) // the load's context was made just before start
 	}
-	rate := rater{lastAt: start, min: tickEvery / 2, lat: lat}
-	return Progress(w, start, d, int64(r.cfg.Requests), done.Load, func(n int64, now time.Time) string {
+	rate := rater{lastAt: start, min: tickInterval(r.cfg.ProgressEvery) / 2, lat: lat}
+	return progressEvery(w, start, d, int64(r.cfg.Requests), done.Load, func(n int64, now time.Time) string {
 		perSecond, p99 := rate.at(n, now)
 		tail := "     -   " // no request ended in the interval
 		if p99 > 0 {
 			tail = fmt.Sprintf("%6.1f ms", float64(p99.Microseconds())/1000)
 		}
 		return fmt.Sprintf("%9d requests  %7.0f req/s  p99 %s", n, perSecond, tail)
-	})
+	}, r.cfg.ProgressEvery)
 }
 
 // rater is the rate of a count, and the p99 of the latencies in lat, between
@@ -533,9 +544,22 @@ func (r *rater) at(n int64, now time.Time) (float64, time.Duration) {
 // progress.Every and one at stop: the time since start, the share done and
 // the label.
 func Progress(w io.Writer, start time.Time, d time.Duration, total int64, count func() int64, describe func(n int64, now time.Time) string) (stop func()) {
+	return progressEvery(w, start, d, total, count, describe, 0)
+}
+
+// progressEvery is Progress with a plain line every `every` instead of
+// progress.Every (0: progress.Every). It looks at the run at least as often
+// as it writes a line, and below a second a line gives the time since
+// start to a hundredth of a second, so that lines every 250 ms (say) tell
+// apart the windows of a stall.
+func progressEvery(w io.Writer, start time.Time, d time.Duration, total int64, count func() int64, describe func(n int64, now time.Time) string, every time.Duration) (stop func()) {
 	max, byTime := total, d > 0
 	if byTime {
 		max = d.Milliseconds()
+	}
+	tick, clock := tickInterval(every), "%6.0fs"
+	if every > 0 && every < time.Second {
+		clock = "%7.2fs"
 	}
 	var n int64 // the last tick's count, and its time
 	now := start
@@ -544,14 +568,21 @@ func Progress(w io.Writer, start time.Time, d time.Duration, total int64, count 
 		if max > 0 {
 			pct = min(100, 100*done/max)
 		}
-		return fmt.Sprintf("%6.0fs %3d%% %s", now.Sub(start).Seconds(), pct, strings.TrimSpace(describe(n, now)))
+		return fmt.Sprintf(clock+" %3d%% %s", now.Sub(start).Seconds(), pct, strings.TrimSpace(describe(n, now)))
 	},
 		progressbar.OptionSetWidth(30),
 		progressbar.OptionShowDescriptionAtLineEnd(),
 		progressbar.OptionSetElapsedTime(false),
 		progressbar.OptionSetPredictTime(false),
 	)
-	tick := func(t time.Time) {
+	if every > 0 && every <= tickEvery {
+		// A line at every tick: the ticker keeps the pace, and the bar's
+		// own "at most every" would skip a tick that comes a hair early.
+		bar.SetEvery(tick / 2)
+	} else {
+		bar.SetEvery(every)
+	}
+	tickAt := func(t time.Time) {
 		n, now = count(), t
 		if bar.Terminal() {
 			bar.Describe(describe(n, now))
@@ -562,18 +593,28 @@ func Progress(w io.Writer, start time.Time, d time.Duration, total int64, count 
 			bar.Set(n)
 		}
 	}
-	return every(tickEvery, tick, func() {
-		tick(time.Now())
+	return everyTick(tick, tickAt, func() {
+		bar.SetEvery(time.Hour) // the last state: Finish writes its line, once
+		tickAt(time.Now())
 		bar.Finish(false)
 	})
+}
+
+// tickInterval is how often a progress with lines every `every` (0: the
+// default) looks at the run: tickEvery, or more often for shorter lines.
+func tickInterval(every time.Duration) time.Duration {
+	if every > 0 && every < tickEvery {
+		return every
+	}
+	return tickEvery
 }
 
 // tickEvery is how often Progress looks at the run.
 var tickEvery = 500 * time.Millisecond
 
-// every calls tick every interval from a goroutine of its own until the
+// everyTick calls tick every interval from a goroutine of its own until the
 // returned stop is called, then last; stop returns after last.
-func every(interval time.Duration, tick func(now time.Time), last func()) (stop func()) {
+func everyTick(interval time.Duration, tick func(now time.Time), last func()) (stop func()) {
 	halt := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {

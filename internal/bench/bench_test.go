@@ -290,3 +290,25 @@ func TestPollConfigIsChecked(t *testing.T) {
 		t.Fatalf("polling every second: %v", err)
 	}
 }
+
+// TestProgressIntervalIsChecked: a progress interval below 10 ms (a line
+// per handful of requests) or a negative one is refused with a reason; 0
+// is the default.
+func TestProgressIntervalIsChecked(t *testing.T) {
+	t.Parallel()
+	ok := bench.Config{URL: "http://127.0.0.1:1", Connections: 1, Duration: time.Second, PayloadSize: 500, Mix: bench.Mix{New: 100}}
+	for _, d := range []time.Duration{-time.Second, time.Millisecond} {
+		cfg := ok
+		cfg.ProgressEvery = d
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "progress interval") {
+			t.Errorf("progress every %s: %v, want an error naming the progress interval", d, err)
+		}
+	}
+	for _, d := range []time.Duration{0, 10 * time.Millisecond, 250 * time.Millisecond} {
+		cfg := ok
+		cfg.ProgressEvery = d
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("progress every %s: %v", d, err)
+		}
+	}
+}

@@ -68,6 +68,45 @@ func TestTimedRunEndsAtAHundredPercent(t *testing.T) {
 	}
 }
 
+// TestProgressEveryWritesShortWindows: with ProgressEvery below a second,
+// a run writes a line per window, each with its time to a hundredth of a
+// second, its rate and its p99, where the default would write one line at
+// the end: the windows show when a stall (a collection, say) happens.
+func TestProgressEveryWritesShortWindows(t *testing.T) {
+	srv := httptest.NewServer(BaselineHandler())
+	defer srv.Close()
+	var out bytes.Buffer
+	before := time.Now()
+	res, err := Run(context.Background(), "t", Config{
+		URL: srv.URL, Connections: 2, Duration: 500 * time.Millisecond, PayloadSize: 500, Mix: Mix{New: 100},
+		Progress: &out, ProgressEvery: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lines' 0 s, for lining them up with a server's log.
+	if res.Started.Before(before) || time.Since(res.Started) < 500*time.Millisecond {
+		t.Errorf("started %s: want after %s and at least the run's 500 ms ago", res.Started, before)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	want := regexp.MustCompile(`^ +\d+\.\d\ds +\d+% +\d+ requests +\d+ req/s +p99 +(\d+\.\d ms|-)$`)
+	for _, l := range lines {
+		if !want.MatchString(l) {
+			t.Errorf("line %q, want the time to a hundredth of a second, the share done, the rate and the p99", l)
+		}
+	}
+	for i := 1; i < len(lines); i++ {
+		if lines[i] == lines[i-1] {
+			t.Errorf("line %d written twice: %q", i, lines[i])
+		}
+	}
+	// 500 ms in windows of 50 ms: about ten lines, some lost to a busy
+	// machine; the default (5 s) writes one.
+	if len(lines) < 5 {
+		t.Errorf("%d lines in 500 ms at one every 50 ms, want at least 5:\n%s", len(lines), out.String())
+	}
+}
+
 // TestRateOfAShortIntervalIsTheOneBefore: the line drawn at the end, just
 // after the last tick's, shows the rate of the interval before it, not NaN
 // (no time, no requests) nor the rate of a few stragglers over microseconds.

@@ -36,6 +36,7 @@ type Bar struct {
 	done  int64
 	said  time.Time // the last plain line
 	drawn time.Time // the last bar set on a terminal
+	every time.Duration
 }
 
 // redraw is how often a Bar redraws its bar on a terminal at most, but for
@@ -46,12 +47,20 @@ const redraw = 200 * time.Millisecond
 // newline) of done units of total; opts shape the bar on a terminal, which
 // is redrawn at most five times a second, and at the end.
 func New(w io.Writer, total int64, line func(done, total int64) string, opts ...progressbar.Option) *Bar {
-	b := &Bar{w: w, line: line, total: max(total, 0), said: time.Now()}
+	b := &Bar{w: w, line: line, total: max(total, 0), said: time.Now(), every: Every}
 	if IsTerminal(w) {
 		opts = append([]progressbar.Option{progressbar.OptionSetWriter(w)}, opts...)
 		b.bar = progressbar.NewOptions64(max(total, 1), opts...)
 	}
 	return b
+}
+
+// SetEvery makes b write a plain line at most every d (d > 0) instead of
+// Every where its writer is not a terminal; a bar is redrawn as before.
+func (b *Bar) SetEvery(d time.Duration) {
+	if d > 0 {
+		b.every = d
+	}
 }
 
 // Terminal reports whether b draws a bar (else it writes plain lines).
@@ -69,7 +78,7 @@ func (b *Bar) Set(done int64) {
 		}
 		return
 	}
-	if time.Since(b.said) >= Every {
+	if time.Since(b.said) >= b.every {
 		b.say()
 	}
 }

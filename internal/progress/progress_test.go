@@ -51,6 +51,33 @@ func TestLinesWhereNoTerminalIs(t *testing.T) {
 	}
 }
 
+// TestSetEveryChangesThePace: SetEvery gives one Bar its own interval
+// between plain lines, shorter or longer than Every; a zero or negative one
+// leaves it as it was.
+func TestSetEveryChangesThePace(t *testing.T) {
+	count := func(every time.Duration) int {
+		var out bytes.Buffer
+		b := New(&out, 1000, line)
+		b.SetEvery(every)
+		for i := int64(1); i <= 100; i++ {
+			b.Set(i * 10)
+			time.Sleep(time.Millisecond)
+		}
+		b.Finish(true)
+		return strings.Count(out.String(), "\n")
+	}
+	// About 100 ms of updates: Every (5 s) writes the last line alone.
+	if n := count(0); n != 1 {
+		t.Errorf("SetEvery(0): %d lines, want Every's pace (the last line alone)", n)
+	}
+	if n := count(10 * time.Millisecond); n < 4 {
+		t.Errorf("SetEvery(10ms): %d lines in about 100 ms, want several", n)
+	}
+	if n := count(time.Hour); n != 1 {
+		t.Errorf("SetEvery(1h): %d lines, want the last alone", n)
+	}
+}
+
 // TestFinishSaysHowFarItGot: a failed piece of work ends where it stopped,
 // a complete one at its total even when its units fell short (a
 // snapshot's compressed chunks against the stream's bytes), and what is
