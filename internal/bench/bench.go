@@ -501,7 +501,7 @@ func (r *run) progress(ctx context.Context, w io.Writer, done *atomic.Int64, lat
 	if end, ok := ctx.Deadline(); ok && r.cfg.Duration > 0 {
 		d = max(end.Sub(start), time.Millisecond) // the load's context was made just before start
 	}
-	rate := rater{lastAt: start, min: tickInterval(r.cfg.ProgressEvery) / 2, lat: lat}
+	rate := rater{lastAt: start, min: tickInterval(w, r.cfg.ProgressEvery) / 2, lat: lat}
 	return progressEvery(w, start, d, int64(r.cfg.Requests), done.Load, func(n int64, now time.Time) string {
 		perSecond, p99 := rate.at(n, now)
 		tail := "     -   " // no request ended in the interval
@@ -557,7 +557,7 @@ func progressEvery(w io.Writer, start time.Time, d time.Duration, total int64, c
 	if byTime {
 		max = d.Milliseconds()
 	}
-	tick, clock := tickInterval(every), "%6.0fs"
+	tick, clock := tickInterval(w, every), "%6.0fs"
 	if every > 0 && every < time.Second {
 		clock = "%7.2fs"
 	}
@@ -575,12 +575,11 @@ func progressEvery(w io.Writer, start time.Time, d time.Duration, total int64, c
 		progressbar.OptionSetElapsedTime(false),
 		progressbar.OptionSetPredictTime(false),
 	)
-	if every > 0 && every <= tickEvery {
-		// A line at every tick: the ticker keeps the pace, and the bar's
-		// own "at most every" would skip a tick that comes a hair early.
+	if every > 0 && !bar.Terminal() {
+		// A line at every tick (tickInterval): the ticker keeps the pace,
+		// and the bar's own "at most every" would skip a tick that comes a
+		// hair early.
 		bar.SetEvery(tick / 2)
-	} else {
-		bar.SetEvery(every)
 	}
 	tickAt := func(t time.Time) {
 		n, now = count(), t
@@ -600,13 +599,19 @@ func progressEvery(w io.Writer, start time.Time, d time.Duration, total int64, c
 	})
 }
 
-// tickInterval is how often a progress with lines every `every` (0: the
-// default) looks at the run: tickEvery, or more often for shorter lines.
-func tickInterval(every time.Duration) time.Duration {
-	if every > 0 && every < tickEvery {
+// tickInterval is how often a progress on w with lines every `every` (0:
+// progress.Every) looks at the run: tickEvery by default; with an interval
+// of its own, at that interval where w takes lines (one at each tick), and
+// at least as often as tickEvery where it draws a bar.
+func tickInterval(w io.Writer, every time.Duration) time.Duration {
+	switch {
+	case every <= 0:
+		return tickEvery
+	case !progress.IsTerminal(w):
 		return every
+	default:
+		return min(every, tickEvery)
 	}
-	return tickEvery
 }
 
 // tickEvery is how often Progress looks at the run.
