@@ -84,9 +84,10 @@ func TestProgressEveryWritesShortWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The lines' 0 s, for lining them up with a server's log.
-	if res.Started.Before(before) || time.Since(res.Started) < 500*time.Millisecond {
-		t.Errorf("started %s: want after %s and at least the run's 500 ms ago", res.Started, before)
+	// The lines' 0 s, for lining them up with a server's log: after the
+	// call began, and at least the run's length ago.
+	if took := time.Duration(res.Seconds * float64(time.Second)); res.Started.Before(before) || time.Since(res.Started) < took {
+		t.Errorf("started %s: want after %s and at least the run's %s ago", res.Started, before, took)
 	}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	want := regexp.MustCompile(`^ +\d+\.\d\ds +\d+% +\d+ requests +\d+ req/s +p99 +(\d+\.\d ms|-)$`)
@@ -101,9 +102,10 @@ func TestProgressEveryWritesShortWindows(t *testing.T) {
 		}
 	}
 	// 500 ms in windows of 50 ms: about ten lines, some lost to a busy
-	// machine; the default (5 s) writes one.
-	if len(lines) < 5 {
-		t.Errorf("%d lines in 500 ms at one every 50 ms, want at least 5:\n%s", len(lines), out.String())
+	// machine (a ticker drops the ticks its reader misses); the default
+	// (5 s) writes one.
+	if len(lines) < 4 {
+		t.Errorf("%d lines in 500 ms at one every 50 ms, want at least 4:\n%s", len(lines), out.String())
 	}
 }
 

@@ -37,6 +37,7 @@ type Bar struct {
 	said  time.Time // the last plain line
 	drawn time.Time // the last bar set on a terminal
 	every time.Duration
+	last  string // the last plain line
 }
 
 // redraw is how often a Bar redraws its bar on a terminal at most, but for
@@ -99,7 +100,9 @@ func (b *Bar) Finish(complete bool) {
 		b.done = b.total
 	}
 	if b.bar == nil {
-		b.say()
+		if b.line(b.done, b.total) != b.last {
+			b.say() // not the line just written again
+		}
 		return
 	}
 	if complete {
@@ -112,6 +115,6 @@ func (b *Bar) Finish(complete bool) {
 }
 
 func (b *Bar) say() {
-	b.said = time.Now()
-	fmt.Fprintln(b.w, b.line(b.done, b.total))
+	b.said, b.last = time.Now(), b.line(b.done, b.total)
+	fmt.Fprintln(b.w, b.last)
 }

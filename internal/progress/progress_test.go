@@ -78,6 +78,19 @@ func TestSetEveryChangesThePace(t *testing.T) {
 	}
 }
 
+// TestFinishDoesNotRepeatTheLastLine: work that ends where its last plain
+// line left it ends without that line again.
+func TestFinishDoesNotRepeatTheLastLine(t *testing.T) {
+	var out bytes.Buffer
+	b := New(&out, 1000, line)
+	b.SetEvery(time.Nanosecond)
+	b.Set(1000)
+	b.Finish(true)
+	if got, want := out.String(), "stream: 1000 of 1000 bytes\n"; got != want {
+		t.Errorf("got %q, want the line once: %q", got, want)
+	}
+}
+
 // TestFinishSaysHowFarItGot: a failed piece of work ends where it stopped,
 // a complete one at its total even when its units fell short (a
 // snapshot's compressed chunks against the stream's bytes), and what is
