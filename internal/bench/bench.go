@@ -593,7 +593,6 @@ func progressEvery(w io.Writer, start time.Time, d time.Duration, total int64, c
 		}
 	}
 	return everyTick(tick, tickAt, func() {
-		bar.SetEvery(time.Hour) // the last state: Finish writes its line, once
 		tickAt(time.Now())
 		bar.Finish(false)
 	})
