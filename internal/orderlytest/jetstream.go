@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/natsserver"
@@ -179,13 +181,13 @@ func (c *TestCluster) Stop(i int) {
 // feed never reported its interruption; not reproduced here).
 func (c *TestCluster) StopFeedAndQuorum(tb testing.TB, js jetstream.JetStream, stream string) {
 	tb.Helper()
-	host := c.Index(FeedNode(tb, js, stream))
+	host := c.Index(FeedNode(tb, js, stream, nil))
 	first := (host + 2) % 3
 	if first == c.Index(js.Conn().ConnectedServerName()) {
 		first = (host + 1) % 3
 	}
 	c.Stop(first)
-	host = c.Index(FeedNode(tb, js, stream))
+	host = c.Index(FeedNode(tb, js, stream, nil))
 	tb.Logf("stopped node %d; the feed's consumer is on node %d, its client on node %d", first, host, c.Index(js.Conn().ConnectedServerName()))
 	c.Stop(host)
 }
@@ -333,11 +335,14 @@ func ExternalNATS(tb testing.TB, dir string, port int, creds natsauth.Credential
 }
 
 // FeedNode is the server that carries a feed on stream: an ordered consumer
-// (one without a durable name), such as an API process's result feed. It
-// waits up to 10 s for the consumer to be listed with its node. When the
-// feed's client has made its consumer again and the old one is still listed
-// (nats.go deletes it in the background), it is the newer one's node.
-func FeedNode(tb testing.TB, js jetstream.JetStream, stream string) string {
+// (one without a durable name), such as an API process's result feed; with
+// which, only a consumer it picks counts (KeyedFeed: the feed of keyed
+// events, not another ordered consumer on the same stream). It waits up to
+// 10 s for the consumer to be listed with its node. When several are
+// listed, as when the feed's client has made its consumer again and the old
+// one is still listed (nats.go deletes it in the background), it is the
+// newest one's node.
+func FeedNode(tb testing.TB, js jetstream.JetStream, stream string, which func(jetstream.ConsumerConfig) bool) string {
 	tb.Helper()
 	var last error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -350,7 +355,7 @@ func FeedNode(tb testing.TB, js jetstream.JetStream, stream string) string {
 		var created time.Time
 		l := s.ListConsumers(context.Background())
 		for info := range l.Info() {
-			if info.Config.Durable == "" && info.Cluster != nil && info.Cluster.Leader != "" && info.Created.After(created) {
+			if info.Config.Durable == "" && (which == nil || which(info.Config)) && info.Cluster != nil && info.Cluster.Leader != "" && info.Created.After(created) {
 				node, created = info.Cluster.Leader, info.Created
 			}
 		}
@@ -358,6 +363,16 @@ func FeedNode(tb testing.TB, js jetstream.JetStream, stream string) string {
 			return node
 		}
 	}
-	tb.Fatalf("no feed on %s within 10 s (last error: %v)", stream, last)
+	tb.Fatalf("no such feed on %s within 10 s (last error: %v)", stream, last)
 	return ""
+}
+
+// KeyedFeed picks an API process's feed of keyed events on ORDER_EVENTS
+// (jsstore.Events.FollowKeys), the one that answers its waiting requests in
+// a keyed deployment: whole messages of the keyed subjects. The decision
+// feed of long polls reads every event's headers, and the read of the keys
+// at start (whose consumer stays listed for a while after it) the keyed
+// subjects' headers. (The server lists a single filter as FilterSubject.)
+func KeyedFeed(cfg jetstream.ConsumerConfig) bool {
+	return !cfg.HeadersOnly && (cfg.FilterSubject == events.KeyedEventSubjects || slices.Equal(cfg.FilterSubjects, []string{events.KeyedEventSubjects}))
 }
