@@ -130,6 +130,7 @@ func TestCommandOrderIDForms(t *testing.T) {
 		{IDForm: events.IDFormKeyed, KeyHash: "orders.>" + hash},
 		{IDForm: "v3", KeyHash: hash, Nonce: classic.Nonce},
 		{KeyHash: hash, Nonce: "bad"},
+		{KeyHash: hash, Nonce: "Z4A8K2M9QX7.>"}, // the length of a nonce, not its alphabet
 		{KeyHash: hash},
 	} {
 		if id, ok := bad.OrderIDAt(9); ok {

@@ -32,4 +32,15 @@ func TestOrderIDRoundTrip(t *testing.T) {
 			t.Errorf("ValidOrderID(%q) = true", bad)
 		}
 	}
+	// A nonce of the right length with what is not Crockford base32: an
+	// order ID becomes an event subject, so a wildcard, a separator or a
+	// space must not pass (nor lower case, which the IDs never take).
+	for _, nonce := range []string{"Z4A8K2M9QX7R.", "Z4A8K2M9QX7R*", "Z4A8K2M9QX7R>", "Z4A8K2M9QX.>T", "Z4A8K2 9QX7RT", "z4a8k2m9qx7rt", "Z4A8K2M9QX7RU", "Z4A8K2M9QX7R\x00"} {
+		if events.ValidNonce(nonce) {
+			t.Errorf("ValidNonce(%q) = true", nonce)
+		}
+		if id := "ord_0000000000001" + nonce; events.ValidOrderID(id) {
+			t.Errorf("ValidOrderID(%q) = true", id)
+		}
+	}
 }

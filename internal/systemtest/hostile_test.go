@@ -34,7 +34,12 @@ func TestHostileOrderIDs(t *testing.T) {
 	}
 	for _, id := range []string{strings.Repeat("z", 5000), "%3E", "*", "ord_*", "a%20b", "a%09b", "..", "ord_%3E", "%2A.%3E",
 		// Well-formed but for sequence 0, which no stream stores (was a 500).
-		"ord_0000000000000N0NCE0000000A", "ord_0000000000000AYgtf0Exck_pdTHqc6a4"} {
+		"ord_0000000000000N0NCE0000000A", "ord_0000000000000AYgtf0Exck_pdTHqc6a4",
+		// An order ID's length and form, with what a subject must not take in
+		// its key token (keyed IDs) or nonce.
+		"ord_0000000000001aaaaaaaaaaaaaaaaaa.*", "ord_0000000000001aaaaaaaaaaaaaaaaaa.%3E", "ord_0000000000001aaaaaaaaaaaaaaaaaaa*",
+		"ord_0000000000001aaaaaaaaaaaaaaaaaa..", "ord_0000000000001aaaaaaaaa%20aaaaaaaaaa", "ord_0000000000001N0NCE000000.*",
+		"ord_0000000000001N0NCE000000.%3E", "ord_0000000000001N0NCE0000000*"} {
 		for _, suffix := range []string{"", "/events"} {
 			r := orderlytest.Do(t, http.MethodGet, inst.URL+"/v1/orders/"+id+suffix, nil, "Authorization: Bearer token-b")
 			if r.Status != http.StatusNotFound || bytes.Contains(r.Body, []byte("c-secret")) {
