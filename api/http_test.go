@@ -223,6 +223,13 @@ func TestTokensScopeTenants(t *testing.T) {
 	if w := do(h, http.MethodGet, "/v1/orders/ord_1", "", "Authorization: Bearer wrong"); w.Code != 401 {
 		t.Fatalf("bad token: %d", w.Code)
 	}
+	// The token under another scheme, or without one, is no bearer token
+	// (RFC 6750): "Basic  " and "Token: " are as long as "Bearer ".
+	for _, auth := range []string{"Basic  secret-a", "Token: secret-a", "Bearer_secret-a", "secret-a", "Bearer", "Bearer "} {
+		if w := do(h, http.MethodGet, "/v1/orders/ord_1", "", "Authorization: "+auth); w.Code != 401 || w.Header().Get("WWW-Authenticate") == "" {
+			t.Fatalf("Authorization: %s: %d", auth, w.Code)
+		}
+	}
 	w := do(h, http.MethodPost, "/v1/orders", order, "Content-Type: application/json", "Idempotency-Key: k", "Authorization: Bearer secret-a")
 	if w.Code != 202 || svc.submits[0].Tenant != "tenant-a" || svc.submits[0].KeyHash != idempotency.KeyHash("tenant-a", "k") {
 		t.Fatalf("with a token: %d %+v", w.Code, svc.submits)

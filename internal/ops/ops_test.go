@@ -78,6 +78,8 @@ func TestMetricsNeedLoopbackOrToken(t *testing.T) {
 		{"a wrong token", guarded, "127.0.0.1:40000", []string{"Authorization: Bearer " + token + "x"}, 401, "unauthorized"},
 		{"a prefix of the token", guarded, "127.0.0.1:40000", []string{"Authorization: Bearer " + token[:10]}, 401, "unauthorized"},
 		{"another scheme", guarded, "127.0.0.1:40000", []string{"Authorization: Basic " + token}, 401, "unauthorized"},
+		{"another scheme as long as Bearer's", guarded, "127.0.0.1:40000", []string{"Authorization: Basic  " + token}, 401, "unauthorized"},
+		{"the token without a scheme", guarded, "127.0.0.1:40000", []string{"Authorization: " + token}, 401, "unauthorized"},
 	} {
 		for _, method := range []string{http.MethodGet, http.MethodHead} {
 			w := serveFrom(t, tc.h, tc.remote, method, "/metrics", tc.header...)
