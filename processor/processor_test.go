@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
@@ -603,18 +604,31 @@ func TestKeyedOrders(t *testing.T) {
 	token, _ := events.KeyToken(key)
 	ctx := context.Background()
 	first, second := events.KeyedOrderID(1, token), events.KeyedOrderID(2, token)
+	var held int // deliveries after which the key held their order's decision
+	h.cfg.Hooks.AfterClaim = func(context.Context, events.CreateOrder, int) error { held++; return nil }
+	lost := func() float64 {
+		var m dto.Metric
+		if err := h.decided.WithLabelValues(kindNone).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
 
 	// The first command of the key makes its order under the keyed ID: its
 	// event is the key's claim, and nothing else is stored.
 	if err := h.Handle(ctx, delivery(t, keyed(command("", key, "fp", nil)), 1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if ev := store.event(t, first); ev.Type != events.OrderCreatedType || len(claims.m) != 0 {
-		t.Fatalf("first: event %s, %d records in the claims store, want none", ev.Type, len(claims.m))
+	if ev := store.event(t, first); ev.Type != events.OrderCreatedType || len(claims.m) != 0 || held != 1 {
+		t.Fatalf("first: event %s, %d records in the claims store, want none; held %d", ev.Type, len(claims.m), held)
 	}
-	// A redelivery stores nothing again.
+	// A redelivery stores nothing again, and finds the key its own: it did
+	// not lose it to another order.
 	if err := h.Handle(ctx, delivery(t, keyed(command("", key, "fp", nil)), 1, 2)); err != nil || len(store.stored) != 1 {
 		t.Fatalf("redelivery: %v, %d events", err, len(store.stored))
+	}
+	if held != 2 || lost() != 0 {
+		t.Fatalf("redelivery: held %d times, want 2; counted lost %v times, want 0", held, lost())
 	}
 	// A command of the nonce form of the key (an API not yet making keyed
 	// IDs) is rejected naming the keyed holder, and claims nothing.
@@ -634,6 +648,9 @@ func TestKeyedOrders(t *testing.T) {
 	}
 	if _, ok := store.stored[second]; ok || len(store.stored) != 2 {
 		t.Fatalf("a losing keyed command stored an event: %d events", len(store.stored))
+	}
+	if held != 2 || lost() != 2 {
+		t.Fatalf("losers: held %d times, want 2; counted lost %v times, want 2", held, lost())
 	}
 	// Past the result TTL the key is free: a new order claims it after the holder.
 	h.now = func() time.Time { return time.Now().Add(25 * time.Hour) }
