@@ -298,7 +298,10 @@ func TestSubmit(t *testing.T) {
 			in:    submit(0, 0), kind: Accepted, orderID: firstID, published: 2},
 		{name: "ack lost, the window holding an earlier request's command with the same body: in progress",
 			setup: func(f *fixture) {
-				_, _, _ = f.commands.Publish(context.Background(), events.CreateOrder{KeyHash: key, Nonce: "N0NCE0000000A", Fingerprint: "fp", AcceptedAt: time.Unix(1, 0).UTC()})
+				// The same tenant, key, body and nonce (a keyed command has
+				// none): only the time it was accepted tells it from this
+				// request's own.
+				_, _, _ = f.commands.Publish(context.Background(), events.CreateOrder{Tenant: "t", KeyHash: key, Nonce: "N0NCE0000000A", Fingerprint: "fp", AcceptedAt: time.Unix(1, 0).UTC()})
 				f.commands.failFirst, f.commands.failWith = 2, timedOut
 			},
 			in: submit(0, 0), kind: InProgress, orderID: firstID, published: 3},
