@@ -213,7 +213,9 @@ func Of(user string) (p Permissions, ok bool) {
 		add(&p, []string{events.CommandSubject}, streamInfo(events.CommandStream, events.EventStream, jsstore.ResultsStream),
 			read(events.CommandStream), read(events.EventStream), read(jsstore.ResultsStream),
 			follow(jsstore.ResultsStream), follow(events.EventStream))
-		p.DenyPublish = durables
+		// Its ordered consumers of ORDER_EVENTS may take any name but the
+		// projector's: it may not change or delete that one, nor pull from it.
+		p.DenyPublish = slices.Concat(durables, []string{jsAPI + "CONSUMER.MSG.NEXT." + events.EventStream + "." + jsstore.ProjectorConsumer})
 	case Processor:
 		p = common(Processor)
 		add(&p, []string{events.EventSubjects, resultsSubjects, events.DeadLetterSubjects},

@@ -118,6 +118,17 @@ func publish(c *client, subject string) func(ctx context.Context) error {
 	}
 }
 
+// corePublish publishes without waiting for a JetStream ack, as an ack
+// or any other reply is sent.
+func corePublish(c *client, subject string) func(ctx context.Context) error {
+	return func(context.Context) error {
+		if err := c.nc.Publish(subject, []byte("+ACK")); err != nil {
+			return err
+		}
+		return c.nc.Flush()
+	}
+}
+
 func deleteStream(c *client, name string) func(ctx context.Context) error {
 	return func(ctx context.Context) error { return c.js.DeleteStream(ctx, name) }
 }
@@ -270,6 +281,13 @@ func TestEachUserMayDoItsJobAndNothingElse(t *testing.T) {
 		c.refused(t, "delete ORDER_EVENTS", "STREAM.DELETE."+evs, deleteStream(c, evs))
 		c.refused(t, "redirect the processor's consumer", "CONSUMER.CREATE."+commands+"."+jsstore.ProcessorConsumer, redirect(c, commands, jsstore.ProcessorConsumer))
 		c.refused(t, "take the processor's commands", commands+"."+jsstore.ProcessorConsumer, fetch(c, commands, jsstore.ProcessorConsumer))
+		// It makes ordered consumers of ORDER_EVENTS, but none of them is
+		// the projector's durable one.
+		c.refused(t, "redirect orderly's projector", "CONSUMER.CREATE."+evs+"."+jsstore.ProjectorConsumer, redirect(c, evs, jsstore.ProjectorConsumer))
+		c.refused(t, "delete the projector", "CONSUMER.DELETE."+evs+"."+jsstore.ProjectorConsumer, func(ctx context.Context) error {
+			return c.js.DeleteConsumer(ctx, evs, jsstore.ProjectorConsumer)
+		})
+		c.refused(t, "take the projector's events", "CONSUMER.MSG.NEXT."+evs+"."+jsstore.ProjectorConsumer, fetch(c, evs, jsstore.ProjectorConsumer))
 		c.refused(t, "read the operator's replies", "_INBOX.>", subscribe(c, "_INBOX.>"))
 		c.refused(t, "read the processor's replies", "_INBOX_processor.>", subscribe(c, "_INBOX_processor.>"))
 		c.refused(t, "listen to commands", events.CommandSubject, subscribe(c, events.CommandSubject))
@@ -331,6 +349,10 @@ func TestEachUserMayDoItsJobAndNothingElse(t *testing.T) {
 		})
 		c.refused(t, "redirect orderly's projector", "CONSUMER.CREATE."+evs+"."+jsstore.ProjectorConsumer, redirect(c, evs, jsstore.ProjectorConsumer))
 		c.refused(t, "take the projector's events", "CONSUMER.MSG.NEXT."+evs+"."+jsstore.ProjectorConsumer, fetch(c, evs, jsstore.ProjectorConsumer))
+		// An ack's reply subject names the stream and consumer sequences
+		// and the delivery count, which can be guessed.
+		projectorAck := "$JS.ACK." + evs + "." + jsstore.ProjectorConsumer
+		c.refused(t, "ack the projector's events", projectorAck, corePublish(c, projectorAck+".1.1.1.1700000000000000000.0"))
 		c.refused(t, "delete the projector", "CONSUMER.DELETE."+evs+"."+jsstore.ProjectorConsumer, func(ctx context.Context) error {
 			return c.js.DeleteConsumer(ctx, evs, jsstore.ProjectorConsumer)
 		})
