@@ -2,6 +2,7 @@ package termsafe_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/orderly-dev/orderly/internal/termsafe"
@@ -24,6 +25,31 @@ func TestString(t *testing.T) {
 	} {
 		if got := termsafe.String(in); got != want {
 			t.Errorf("String(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestEveryDirectionMarkIsEscaped: each character that changes the
+// direction of the text around it (Unicode's bidirectional controls: the
+// Arabic letter mark, LRM and RLM, the embeddings and overrides, the
+// isolates) is escaped, and the characters beside those ranges are not.
+func TestEveryDirectionMarkIsEscaped(t *testing.T) {
+	t.Parallel()
+	marks := []rune{0x061c, 0x200e, 0x200f}
+	for r := rune(0x202a); r <= 0x202e; r++ {
+		marks = append(marks, r)
+	}
+	for r := rune(0x2066); r <= 0x2069; r++ {
+		marks = append(marks, r)
+	}
+	for _, r := range marks {
+		if got, want := termsafe.String("a"+string(r)+"b"), fmt.Sprintf(`a\u%04xb`, r); got != want {
+			t.Errorf("U+%04X: %q, want %q", r, got, want)
+		}
+	}
+	for _, r := range []rune{0x061b, 0x061d, 0x200d, 0x2010, 0x202f, 0x206a} {
+		if s := "a" + string(r) + "b"; termsafe.String(s) != s {
+			t.Errorf("U+%04X escaped: %q", r, termsafe.String(s))
 		}
 	}
 }
