@@ -60,6 +60,13 @@ func TestDecodeOrderErrors(t *testing.T) {
 		{"unknown field with a quote", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"a\"b":1}`, []string{`"a\"b"`}},
 		{"long unknown field", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"` + strings.Repeat("f", 5000) + `":1}`, []string{`"` + strings.Repeat("f", problem.MaxQuoted) + `"...`}},
 		{"long customer", `{"customer_id":"` + strings.Repeat("c", MaxCustomerIDLen+1) + `","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
+		// One defect in an otherwise valid order, which the one-pass decoder
+		// must refuse as the checked one does.
+		{"zero quantity", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":0,"unit_price":1}]}`, []string{"items[0].quantity"}},
+		{"negative price", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":-1}]}`, []string{"items[0].unit_price"}},
+		{"no price", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1}]}`, []string{"items[0].unit_price"}},
+		{"long sku", `{"customer_id":"c","currency":"EUR","items":[{"sku":"` + strings.Repeat("s", MaxSKULen+1) + `","quantity":1,"unit_price":1}]}`, []string{"items[0].sku"}},
+		{"too many items", orderOfItems(MaxItems + 1), []string{"items"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,6 +83,18 @@ func TestDecodeOrderErrors(t *testing.T) {
 				t.Fatalf("fields with errors = %q, want %q (%v)", got, tc.fields, errs)
 			}
 		})
+	}
+}
+
+// orderOfItems is a valid order of n items.
+func orderOfItems(n int) string {
+	return `{"customer_id":"c","currency":"EUR","items":[` + strings.TrimSuffix(strings.Repeat(`{"sku":"x","quantity":1,"unit_price":1},`, n), ",") + `]}`
+}
+
+func TestDecodeOrderTakesMaxItems(t *testing.T) {
+	t.Parallel()
+	if req, errs := DecodeOrder([]byte(orderOfItems(MaxItems))); errs != nil || len(req.Items) != MaxItems {
+		t.Fatalf("%d items: %d decoded, %v", MaxItems, len(req.Items), errs)
 	}
 }
 
