@@ -81,3 +81,21 @@ func TestUnknownQueryParametersAreRefused(t *testing.T) {
 		t.Fatalf("?wait=3s: %d, wait %s", w.Code, svc.wait)
 	}
 }
+
+// TestWaitIsCapped: ?wait= of any size, in seconds or as a duration, even
+// one too large for time.Duration, waits at most --max-wait; a negative one
+// does not wait.
+func TestWaitIsCapped(t *testing.T) {
+	t.Parallel()
+	svc := &fakeService{order: idempotency.Order{Status: idempotency.StatusCreated, Body: []byte("{}")}}
+	h := handler(t, api.Config{MaxWait: 30 * time.Second}, svc)
+	for wait, want := range map[string]time.Duration{
+		"3s": 3 * time.Second, "7": 7 * time.Second, "31s": 30 * time.Second, "45": 30 * time.Second,
+		"99999999999999999999": 30 * time.Second, "9999999999h": 30 * time.Second, "2562048h": 30 * time.Second,
+		"-5s": 0,
+	} {
+		if w := do(h, http.MethodGet, "/v1/orders/ord_1?wait="+wait, ""); w.Code != 200 || svc.wait != want {
+			t.Errorf("?wait=%s: %d, a wait of %s, want %s", wait, w.Code, svc.wait, want)
+		}
+	}
+}
