@@ -146,8 +146,8 @@ func TestReplayOfAProcessingFailedOrderChangesNothing(t *testing.T) {
 
 // TestEvictFreesOnlyAStuckPendingKey: a key claimed by an order that will
 // never be decided answers 409 until it expires; evict frees it. A key with a
-// stored response, one whose order still waits for a processor, and one that
-// changed since it was read are refused.
+// stored response, one whose order was decided, one whose order still waits
+// for a processor, and one that changed since it was read are refused.
 func TestEvictFreesOnlyAStuckPendingKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -225,6 +225,19 @@ func TestEvictFreesOnlyAStuckPendingKey(t *testing.T) {
 	freed := inst.PostOrder(t, "stuck-1", orderlytest.Order("c-1"))
 	if freed.Status != http.StatusCreated || freed.JSON(t)["id"] == lost {
 		t.Fatalf("after the eviction: %d %s", freed.Status, freed.Body)
+	}
+
+	// A key claimed pending for an order that was decided (its event is
+	// stored): its decision stands, the key is not freed.
+	decidedID := done.JSON(t)["id"].(string)
+	if _, won, err := results.Claim(ctx, hash("decided-1"), idempotency.Pending(decidedID, "fp")); err != nil || !won {
+		t.Fatalf("claim: %v %v", won, err)
+	}
+	if k, err = admin.LookUp(ctx, js, hash("decided-1")); err != nil || k.State != idempotency.StatePending || k.OrderID != decidedID || k.Decision != "created" {
+		t.Fatalf("a pending key of a decided order: %+v %v", k, err)
+	}
+	if err := admin.Evict(ctx, js, k); !errors.Is(err, admin.ErrDecided) {
+		t.Fatalf("evict a pending key of a decided order: %v", err)
 	}
 
 	// A key claimed pending (as versions before ADR 0009 did) for an order
