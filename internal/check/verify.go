@@ -54,6 +54,7 @@ func readEvents(ctx context.Context, cfg Config, since time.Time, customer strin
 	if err != nil {
 		return nil, err
 	}
+	defer jsstore.DeleteOrdered(js, events.EventStream, cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return nil, err

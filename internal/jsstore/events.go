@@ -282,6 +282,7 @@ func (e *Events) Each(ctx context.Context, f func(data []byte, total uint64) err
 	if err != nil {
 		return err
 	}
+	defer DeleteOrdered(e.js, events.EventStream, cons) // after the iterator's Stop below
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return err

@@ -73,6 +73,20 @@ func follow(ctx context.Context, js jetstream.JetStream, stream string, cfg jets
 	return func() { f.stop(cc) }, f.err, nil
 }
 
+// DeleteOrdered deletes cons, an ordered consumer of stream that its reader
+// is done with (its iterator stopped), from the server, which otherwise
+// keeps it until nats.go's inactive threshold of 5 minutes has passed. A
+// failed delete is left to that threshold.
+func DeleteOrdered(js jetstream.JetStream, stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, stream, info.Name)
+}
+
 // stop ends the feed at once: h is not called any more, and nats.go's Stop
 // runs on its own goroutine. That Stop waits for the consumer's lock, which
 // nats.go holds while it makes the consumer again, through each attempt (up

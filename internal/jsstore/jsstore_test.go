@@ -448,6 +448,56 @@ func TestKeyFeeds(t *testing.T) {
 	}
 }
 
+// TestOneShotReadsLeaveNoConsumer: Keys, KeyTokens and Each delete their
+// ordered consumer when they return, whether they read something or found
+// nothing pending; the server kept each for nats.go's inactive threshold (5
+// minutes) otherwise, one more for every API start.
+func TestOneShotReadsLeaveNoConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	j := js(t)
+	e, err := jsstore.OpenEvents(ctx, j, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := jsstore.OpenResults(ctx, j, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func(stream string) int {
+		t.Helper()
+		s, err := j.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().State.Consumers
+	}
+	reads := func() {
+		t.Helper()
+		if err := r.Keys(ctx, func(string, time.Time) {}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.KeyTokens(ctx, time.Now().Add(-time.Hour), func(string, time.Time) {}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Each(ctx, func([]byte, uint64) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if n, m := consumers(jsstore.ResultsStream), consumers(events.EventStream); n != 0 || m != 0 {
+			t.Fatalf("%d consumers left on %s, %d on %s", n, jsstore.ResultsStream, m, events.EventStream)
+		}
+	}
+	reads() // nothing pending
+	token, _ := events.KeyToken(idempotency.KeyHash("t", "a"))
+	if stored, err := e.Append(ctx, events.KindCreated, events.KeyedOrderID(1, token), []byte("{}")); err != nil || !stored {
+		t.Fatalf("append: %v %v", stored, err)
+	}
+	if _, _, err := r.Claim(ctx, idempotency.KeyHash("t", "a"), idempotency.Pending("ord_a", "fp")); err != nil {
+		t.Fatal(err)
+	}
+	reads()
+}
+
 // A subscription that never finishes what it holds (its handler stuck) must
 // not keep a shutdown's drain from flushing the publishes and closing within
 // the connection's DrainTimeout: nats.go's own default (30 s) outlasted what

@@ -241,12 +241,14 @@ func (r *Results) Keys(ctx context.Context, f func(key string, at time.Time)) er
 
 // readAll reads stream through an ordered consumer of cfg, calling f from
 // one goroutine with each message, until nothing is pending (from the
-// moment it starts). Errors are *StoreError when NATS made them.
+// moment it starts), and deletes the consumer. Errors are *StoreError when
+// NATS made them.
 func readAll(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, f func(jetstream.Msg, *jetstream.MsgMetadata)) error {
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return storeErr(err)
 	}
+	defer DeleteOrdered(js, stream, cons) // after the iterator's Stop below
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return storeErr(err)

@@ -267,14 +267,20 @@ func TestEachUserMayDoItsJobAndNothingElse(t *testing.T) {
 			}
 			return nil
 		})
-		c.allowed(t, "follow the results", func(ctx context.Context) error {
-			cons, err := c.js.OrderedConsumer(ctx, results, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
-			if err != nil {
-				return err
-			}
-			_, err = cons.Info(ctx)
-			return err
-		})
+		// Its reads of what is stored delete their consumer when done.
+		for _, stream := range []string{results, evs} {
+			c.allowed(t, "follow "+stream+" and delete the consumer", func(ctx context.Context) error {
+				cons, err := c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+				if err != nil {
+					return err
+				}
+				info, err := cons.Info(ctx)
+				if err != nil {
+					return err
+				}
+				return c.js.DeleteConsumer(ctx, stream, info.Name)
+			})
+		}
 		c.refused(t, "publish an event", event, publish(c, event))
 		c.refused(t, "replay a command under another order's ID", events.ReplaySubject, publish(c, events.ReplaySubject))
 		c.refused(t, "write a result", kvPut, putResult(c))

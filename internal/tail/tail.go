@@ -142,15 +142,8 @@ func read(ctx context.Context, js jetstream.JetStream, opts Options, out *gate) 
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
 	}
-	defer func() {
-		// An ordered consumer outlives its reader for minutes on the server
-		// unless deleted; the tool's user may delete its own.
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if info := cons.CachedInfo(); info != nil {
-			_ = js.DeleteConsumer(dctx, events.EventStream, info.Name)
-		}
-	}()
+	// The tool's user may delete its own consumers.
+	defer jsstore.DeleteOrdered(js, events.EventStream, cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
