@@ -70,7 +70,7 @@ func follow(ctx context.Context, js jetstream.JetStream, stream string, cfg jets
 		return nil, nil, fmt.Errorf("follow %s: %w", stream, err)
 	}
 	go f.watch(cons)
-	return func() { f.stop(cc) }, f.err, nil
+	return func() { f.stop(cc, func() { DeleteOrdered(js, stream, cons) }) }, f.err, nil
 }
 
 // DeleteOrdered deletes cons, an ordered consumer of stream that its reader
@@ -92,12 +92,18 @@ func DeleteOrdered(js jetstream.JetStream, stream string, cons jetstream.Consume
 // nats.go holds while it makes the consumer again, through each attempt (up
 // to 10 s) and the pause after it; with the cluster unable to make it, a
 // shutdown waited 21 s here. It ends there once the connection is closed.
-func (f *feed) stop(cc jetstream.ConsumeContext) {
+// Then, on the same goroutine, then runs (it deletes the consumer, which
+// the server would keep for minutes, one more for each time a feed that
+// stops when idle starts again).
+func (f *feed) stop(cc jetstream.ConsumeContext, then func()) {
 	if f.stopped.Swap(true) {
 		return
 	}
 	close(f.done)
-	go cc.Stop()
+	go func() {
+		cc.Stop()
+		then()
+	}()
 }
 
 // watch looks, every heartbeat, whether nats.go is making the consumer

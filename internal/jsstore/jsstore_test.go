@@ -448,11 +448,12 @@ func TestKeyFeeds(t *testing.T) {
 	}
 }
 
-// TestOneShotReadsLeaveNoConsumer: Keys, KeyTokens and Each delete their
-// ordered consumer when they return, whether they read something or found
-// nothing pending; the server kept each for nats.go's inactive threshold (5
-// minutes) otherwise, one more for every API start.
-func TestOneShotReadsLeaveNoConsumer(t *testing.T) {
+// TestReadsLeaveNoConsumer: Keys, KeyTokens and Each delete their ordered
+// consumer when they return, whether they read something or found nothing
+// pending, and a feed deletes its own when stopped; the server kept each for
+// nats.go's inactive threshold (5 minutes) otherwise, one more for every API
+// start.
+func TestReadsLeaveNoConsumer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	j := js(t)
@@ -488,6 +489,23 @@ func TestOneShotReadsLeaveNoConsumer(t *testing.T) {
 		}
 	}
 	reads() // nothing pending
+	// A stopped feed deletes its consumer too: the long polls' feed stops
+	// when idle and starts with the next waiter.
+	for range 3 {
+		stop, _, err := e.FollowDecisions(ctx, func(string) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := consumers(events.EventStream); n != 1 {
+			t.Fatalf("%d consumers of a feed", n)
+		}
+		stop()
+		for deadline := time.Now().Add(5 * time.Second); consumers(events.EventStream) != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a stopped feed's consumer is still there after 5 s")
+			}
+		}
+	}
 	token, _ := events.KeyToken(idempotency.KeyHash("t", "a"))
 	if stored, err := e.Append(ctx, events.KindCreated, events.KeyedOrderID(1, token), []byte("{}")); err != nil || !stored {
 		t.Fatalf("append: %v %v", stored, err)
