@@ -189,11 +189,11 @@ func TestStoreWriteErrorIsReportedAndSurvivesRestart(t *testing.T) {
 	filler := filepath.Join(dir, "filler")
 	fill(t, filler)
 	filled := time.Now()
-	var notReadyAfter time.Duration
+	notReady := make(chan time.Duration, 1)
 	go func() {
 		for time.Since(filled) < 30*time.Second {
 			if _, ok := readyz(inst.URL); !ok {
-				notReadyAfter = time.Since(filled)
+				notReady <- time.Since(filled)
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -206,6 +206,17 @@ func TestStoreWriteErrorIsReportedAndSurvivesRestart(t *testing.T) {
 		t.Fatal("a stopped store was not reported")
 	}
 	failedAfter := time.Since(filled)
+	// Not ready at once; not live only after the grace, counted from the
+	// fault (which readiness saw within a poll of it; 500 ms of slack).
+	var notReadyAfter time.Duration
+	select {
+	case notReadyAfter = <-notReady:
+	case <-time.After(5 * time.Second):
+		t.Fatal("still ready after liveness failed")
+	}
+	if failedAfter < notReadyAfter+cfg.StoreFaultGrace-500*time.Millisecond {
+		t.Fatalf("liveness failed %s after the disk filled, not ready %s after: within the grace of %s", failedAfter, notReadyAfter, cfg.StoreFaultGrace)
+	}
 	if r, ok := readyz(inst.URL); ok || !bytes.Contains(r.Body, []byte("Critical write error")) {
 		t.Fatalf("/readyz with a stopped store: %d %s", r.Status, r.Body)
 	}
