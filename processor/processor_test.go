@@ -379,6 +379,7 @@ func TestCreateOrderFailures(t *testing.T) {
 		{"unknown type", events.CreateOrder{Type: "x", Nonce: nonce1, KeyHash: key, Fingerprint: "f"}, 7, nil, nil, true},
 		{"bad nonce", command("nope", key, "fp", nil), 7, nil, nil, true},
 		{"key hash that is not one", command(nonce1, "k.*", "fp", nil), 7, nil, nil, true},
+		{"no fingerprint", command(nonce1, key, "", nil), 7, nil, nil, true},
 		{"no stream sequence", ok, 0, nil, nil, true},
 		{"claim fails: the store's error, for the pipeline to judge", ok, 7, timeout, nil, false},
 		{"store fails: the store's error", ok, 7, nil, timeout, false},

@@ -2,8 +2,11 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -361,5 +364,54 @@ func failFor(customer, msg string, calls *hookCalls) func(context.Context, event
 		}
 		calls.add(customer)
 		return errors.New(msg)
+	}
+}
+
+// TestReplayOfHeaderIsTrustedOnlyOnTheReplaySubject: the processor makes an
+// order's ID of the sequence a command's Orderly-Replay-Of header names only
+// on the replay subject (which only the operator may publish to) and only
+// for an earlier sequence; anywhere else the command's own sequence makes
+// the ID, so a command cannot take the ID of another order.
+func TestReplayOfHeaderIsTrustedOnlyOnTheReplaySubject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	first := inst.PostOrder(t, "replay-of-1", orderlytest.Order("c"))
+	if first.Status != http.StatusCreated {
+		t.Fatalf("%d %s", first.Status, first.Body)
+	}
+	js := inst.JetStream(t)
+	evs, err := jsstore.OpenEvents(ctx, js, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct{ subject, replayOf string }{
+		{events.CommandSubject, "1"},         // a command that names an earlier order
+		{events.ReplaySubject, "1000000000"}, // a replay that names a later sequence
+	} {
+		nonce := events.NewNonce()
+		cmd := events.CreateOrder{Type: events.CreateOrderType, Nonce: nonce, Tenant: api.DefaultTenant,
+			KeyHash: idempotency.KeyHash(api.DefaultTenant, fmt.Sprintf("replay-of-forged-%d", i)), Fingerprint: "fp", AcceptedAt: time.Now(),
+			Request: events.OrderRequest{CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 1}}}}
+		data, err := json.Marshal(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := nats.NewMsg(tc.subject)
+		msg.Data = data
+		msg.Header.Set(events.HeaderReplayOf, tc.replayOf)
+		ack, err := js.PublishMsg(ctx, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own := events.OrderID(ack.Sequence, nonce)
+		orderlytest.Eventually(t, 10*time.Second, "the order under its own sequence", func() bool {
+			_, ok, err := evs.Event(ctx, own)
+			return ok && err == nil
+		})
+		seq, _ := strconv.ParseUint(tc.replayOf, 10, 64)
+		if _, ok, err := evs.Event(ctx, events.OrderID(seq, nonce)); ok || err != nil {
+			t.Fatalf("%s with %s: %s: an order under the sequence of the header (%v)", tc.subject, events.HeaderReplayOf, tc.replayOf, err)
+		}
 	}
 }
