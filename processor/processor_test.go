@@ -177,7 +177,11 @@ func newHandler(t *testing.T, c Claims, e EventStore) *Handler {
 
 func TestCreateOrderDecisions(t *testing.T) {
 	t.Parallel()
-	hundred, wrong := int64(100), int64(99)
+	hundred, wrong, above := int64(100), int64(99), int64(101)
+	noItems := command(nonce1, key, "fp", nil)
+	noItems.Request.Items = nil
+	negative := command(nonce1, key, "fp", nil)
+	negative.Request.Items = []events.Item{{SKU: "a", Quantity: 2, UnitPrice: 50}, {SKU: "b", Quantity: 1, UnitPrice: -100}}
 	cases := []struct {
 		name   string
 		held   *idempotency.Record // the claim already there, if any
@@ -188,6 +192,10 @@ func TestCreateOrderDecisions(t *testing.T) {
 		{"created", nil, command(nonce1, key, "fp", &hundred), events.OrderCreatedType, ""},
 		{"created without total", nil, command(nonce1, key, "fp", nil), events.OrderCreatedType, ""},
 		{"total mismatch", nil, command(nonce1, key, "fp", &wrong), events.OrderRejectedType, events.ReasonTotalMismatch},
+		{"total above the sum", nil, command(nonce1, key, "fp", &above), events.OrderRejectedType, events.ReasonTotalMismatch},
+		// The API refuses these; a command on the stream is checked again.
+		{"no items", nil, noItems, events.OrderRejectedType, events.ReasonInvalidOrder},
+		{"a negative price that makes the sum 0", nil, negative, events.OrderRejectedType, events.ReasonInvalidOrder},
 		{"redelivery resumes its own claim", &idempotency.Record{State: idempotency.StatePending, OrderID: id1, Fingerprint: "fp"},
 			command(nonce1, key, "fp", &hundred), events.OrderCreatedType, ""},
 		{"same request, key held by another order", &idempotency.Record{State: idempotency.StateCompleted, OrderID: id2, Fingerprint: "fp"},
@@ -704,6 +712,55 @@ func TestKeyedOrders(t *testing.T) {
 	} {
 		if err := h.Handle(ctx, delivery(t, bad, 20, 1)); !IsPermanent(err) {
 			t.Fatalf("%+v: %v, want a permanent error", bad, err)
+		}
+	}
+}
+
+// TestEventsCarryTheCommand: a decision's event holds what its command says,
+// its times in UTC whatever zone the command's were in, and the request's
+// trace context for the consumers to continue it.
+func TestEventsCarryTheCommand(t *testing.T) {
+	t.Parallel()
+	hundred, wrong := int64(100), int64(7)
+	accepted := time.Date(2026, 12, 6, 2, 30, 0, 5, time.FixedZone("CET", 3600))
+	for _, total := range []*int64{&hundred, &wrong} {
+		cmd := command(nonce1, key, "fp", total)
+		cmd.AcceptedAt = accepted
+		cmd.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		cmd.TraceState = "vendor=x"
+		store := &fakeEvents{}
+		if err := newHandler(t, &fakeClaims{}, store).Handle(context.Background(), delivery(t, cmd, 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		raw := store.stored[id1]
+		if !bytes.Contains(raw, []byte(`"accepted_at":"2026-12-06T01:30:00.000000005Z"`)) {
+			t.Fatalf("accepted_at not in UTC: %s", raw)
+		}
+		var ev events.Event[struct { // the fields of both kinds
+			OrderID            string              `json:"order_id"`
+			Tenant             string              `json:"tenant"`
+			IdempotencyKeyHash string              `json:"idempotency_key_hash"`
+			RequestFingerprint string              `json:"request_fingerprint"`
+			CustomerID         string              `json:"customer_id"`
+			Total              int64               `json:"total"`
+			Items              []events.Item       `json:"items"`
+			Request            events.OrderRequest `json:"request"`
+		}]
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.TraceParent != cmd.TraceParent || ev.TraceState != cmd.TraceState || ev.Time.Location() != time.UTC {
+			t.Fatalf("trace context %q %q, time %s: %s", ev.TraceParent, ev.TraceState, ev.Time, raw)
+		}
+		d := ev.Data
+		if d.OrderID != id1 || d.Tenant != cmd.Tenant || d.IdempotencyKeyHash != cmd.KeyHash || d.RequestFingerprint != cmd.Fingerprint {
+			t.Fatalf("event data: %s", raw)
+		}
+		if total == &hundred && (d.CustomerID != "c" || d.Total != 100 || len(d.Items) != 1 || d.Items[0] != cmd.Request.Items[0]) {
+			t.Fatalf("created: %s", raw)
+		}
+		if total == &wrong && (d.Request.CustomerID != "c" || *d.Request.Total != 7 || len(d.Request.Items) != 1) {
+			t.Fatalf("rejected: %s", raw)
 		}
 	}
 }
