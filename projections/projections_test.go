@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,6 +20,9 @@ import (
 	"github.com/orderly-dev/orderly/processor"
 )
 
+// key is the events' key hash.
+var key = idempotency.KeyHash("t", "k")
+
 func event[T any](typ string, k events.Kind, id string, at time.Time, d T) []byte {
 	b, _ := json.Marshal(events.NewEvent(typ, k, id, at, d))
 	return b
@@ -27,7 +32,7 @@ func created(at time.Time) []byte {
 	return event(events.OrderCreatedType, events.KindCreated, "ord_1", at, events.OrderCreated{
 		OrderID: "ord_1", Tenant: "t", CustomerID: "c", Currency: "EUR",
 		Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 5}}, Total: 5,
-		IdempotencyKeyHash: "k", RequestFingerprint: "fp", AcceptedAt: at.Add(-time.Second), CreatedAt: at,
+		IdempotencyKeyHash: key, RequestFingerprint: "fp", AcceptedAt: at.Add(-time.Second), CreatedAt: at,
 	})
 }
 
@@ -37,7 +42,7 @@ func keyedCreated(at time.Time) []byte {
 	return event(events.OrderCreatedType, events.KindCreated, id, at, events.OrderCreated{
 		OrderID: id, Tenant: "t", CustomerID: "c", Currency: "EUR",
 		Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 5}}, Total: 5,
-		IdempotencyKeyHash: "k", RequestFingerprint: "fp", AcceptedAt: at.Add(-time.Second), CreatedAt: at,
+		IdempotencyKeyHash: key, RequestFingerprint: "fp", AcceptedAt: at.Add(-time.Second), CreatedAt: at,
 	})
 }
 
@@ -52,7 +57,7 @@ func TestProjectIsPureAndServesOneBody(t *testing.T) {
 	if !bytes.Equal(a.Order.Body, b.Order.Body) || !bytes.Equal(a.Record.Encode(), b.Record.Encode()) {
 		t.Fatal("projecting one event twice gave different bytes")
 	}
-	if a.Record.Status != http.StatusCreated || !bytes.Equal(a.Record.Body, a.Order.Body) || a.Key != "k" || a.Order.Tenant != "t" {
+	if a.Record.Status != http.StatusCreated || !bytes.Equal(a.Record.Body, a.Order.Body) || a.Key != key || a.Order.Tenant != "t" {
 		t.Fatalf("created projection: %+v", a)
 	}
 }
@@ -69,7 +74,7 @@ func TestProjectRejected(t *testing.T) {
 		{events.ReasonKeyReused, false, 0},
 	} {
 		p, err := Project(event(events.OrderRejectedType, events.KindRejected, "ord_2", time.Unix(1700000000, 0), events.OrderRejected{
-			OrderID: "ord_2", Tenant: "t", Reason: tc.reason, Detail: "d", IdempotencyKeyHash: "k", RequestFingerprint: "fp",
+			OrderID: "ord_2", Tenant: "t", Reason: tc.reason, Detail: "d", IdempotencyKeyHash: key, RequestFingerprint: "fp",
 		}))
 		if err != nil {
 			t.Fatal(err)
@@ -122,6 +127,10 @@ func TestProjectorHandle(t *testing.T) {
 		{"write fails: redeliver", created(now), errors.New("timeout"), false, true},
 		{"unknown type: acked", []byte(`{"type":"orderly.order.shipped.v1"}`), nil, false, false},
 		{"undecodable: acked", []byte(`{`), nil, false, false},
+		// Its key would be a subject of ORDER_RESULTS: "a.>" was stored
+		// under a wildcard subject, "" was refused after a timeout, for ever.
+		{"key hash that is not one: acked", hostileKey(now, "a.>"), nil, false, false},
+		{"no key hash: acked", hostileKey(now, ""), nil, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -134,13 +143,39 @@ func TestProjectorHandle(t *testing.T) {
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("Handle: %v, want error %v", err, tc.wantErr)
 			}
-			if _, ok := w.saved["k"]; ok != tc.saved {
-				t.Fatalf("saved %v, want %v", ok, tc.saved)
+			if _, ok := w.saved[key]; ok != tc.saved || ok != (len(w.saved) == 1) {
+				t.Fatalf("saved under %q, want under the key: %v", slices.Collect(maps.Keys(w.saved)), tc.saved)
 			}
 		})
 	}
 	if _, err := NewProjector(ProjectorConfig{}, &fakeResults{}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler)); err == nil {
 		t.Fatal("projector without a result TTL accepted")
+	}
+}
+
+// hostileKey is a created event whose key hash is k, and a rejection, in a
+// stream that a hostile writer reached: Project refuses both.
+func hostileKey(at time.Time, k string) []byte {
+	var ev events.Event[events.OrderCreated]
+	if err := json.Unmarshal(created(at), &ev); err != nil {
+		panic(err)
+	}
+	ev.Data.IdempotencyKeyHash = k
+	b, _ := json.Marshal(ev)
+	return b
+}
+
+func TestProjectRefusesWhatIsNotAKeyHash(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"a.>", "", "*", key[:42], key + "A", key[:42] + "."} {
+		if _, err := Project(hostileKey(time.Now(), k)); !errors.Is(err, ErrNoKeyHash) {
+			t.Fatalf("created with key hash %q: %v", k, err)
+		}
+		rejected := event(events.OrderRejectedType, events.KindRejected, "ord_2", time.Now(), events.OrderRejected{
+			OrderID: "ord_2", Tenant: "t", Reason: events.ReasonTotalMismatch, IdempotencyKeyHash: k, RequestFingerprint: "fp"})
+		if _, err := Project(rejected); !errors.Is(err, ErrNoKeyHash) {
+			t.Fatalf("rejected with key hash %q: %v", k, err)
+		}
 	}
 }
 
@@ -193,7 +228,7 @@ func TestProjectionOwnsItsBytes(t *testing.T) {
 		"created": created(at),
 		"keyed":   keyedCreated(at),
 		"rejected": event(events.OrderRejectedType, events.KindRejected, "ord_2", at, events.OrderRejected{
-			OrderID: "ord_2", Tenant: "t", Reason: events.ReasonTotalMismatch, Detail: "d", IdempotencyKeyHash: "k", RequestFingerprint: "fp",
+			OrderID: "ord_2", Tenant: "t", Reason: events.ReasonTotalMismatch, Detail: "d", IdempotencyKeyHash: key, RequestFingerprint: "fp",
 		}),
 	} {
 		want, err := Project(bytes.Clone(ev))

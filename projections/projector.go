@@ -52,6 +52,12 @@ type anyOrderEvent struct {
 // ErrUnknownType is returned by Project for an event type it does not know.
 var ErrUnknownType = errors.New("unknown event type")
 
+// ErrNoKeyHash is returned by Project for an event whose
+// idempotency_key_hash is not a key hash: the key becomes a subject of
+// ORDER_RESULTS, and every event the processor stores holds a valid one, so
+// such an event was not written by orderly.
+var ErrNoKeyHash = errors.New("idempotency_key_hash is not a key hash")
+
 // Project computes the read-model records of an event. It is a pure function
 // of the event, so projecting an event twice, or again in a rebuild, writes
 // the same bytes.
@@ -61,6 +67,9 @@ func Project(data []byte) (Projection, error) {
 	ev, err := decodeEvent(data)
 	if err != nil {
 		return Projection{}, fmt.Errorf("decode event: %w", err)
+	}
+	if (ev.Type == events.OrderCreatedType || ev.Type == events.OrderRejectedType) && !idempotency.ValidKeyHash(ev.Data.IdempotencyKeyHash) {
+		return Projection{}, fmt.Errorf("event %q: %w: %q", ev.ID, ErrNoKeyHash, ev.Data.IdempotencyKeyHash)
 	}
 	switch ev.Type {
 	case events.OrderCreatedType:

@@ -51,6 +51,10 @@ type RebuildReport struct {
 	Missing   int `json:"missing"`
 	Different int `json:"different"`
 	Stale     int `json:"stale"`
+	// Unreadable counts the events that cannot be projected (undecodable, or
+	// without a valid key hash): skipped, as the projector skips them, and
+	// listed with the differences.
+	Unreadable int `json:"unreadable"`
 	// Written and Removed count the changes (0 in a dry run).
 	Written int `json:"written"`
 	Removed int `json:"removed"`
@@ -109,7 +113,11 @@ func Rebuild(ctx context.Context, results RebuildTarget, log EventReader, ttl ti
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("event %d: %w", rep.Events, err)
+			rep.Unreadable++
+			if len(rep.Differences) < opts.MaxDifferences {
+				rep.Differences = append(rep.Differences, fmt.Sprintf("event %d: skipped: %v", rep.Events, err))
+			}
+			return nil
 		}
 		if p.Record == nil || time.Since(p.At) >= ttl {
 			return nil

@@ -64,12 +64,15 @@ func (c *RebuildCmd) Run(g *globals) error {
 		fmt.Printf("events read:        %d\n", rep.Events)
 		fmt.Printf("results called for: %d\n", rep.Results)
 		fmt.Printf("keyed orders:       %d (answered from their events)\n", rep.Keyed)
+		if rep.Unreadable > 0 {
+			fmt.Printf("unreadable events:  %d (skipped, as the projector skips them)\n", rep.Unreadable)
+		}
 		fmt.Printf("missing:            %d\ndifferent:          %d\nstale:              %d\n", rep.Missing, rep.Different, rep.Stale)
 		if !c.DryRun {
 			fmt.Printf("written:            %d\nremoved:            %d\n", rep.Written, rep.Removed)
 		}
 		for _, d := range rep.Differences {
-			fmt.Println("  ", d)
+			fmt.Println("  ", safe(d)) // an unreadable event's error quotes it
 		}
 	}
 	if c.DryRun && !rep.Equal() {

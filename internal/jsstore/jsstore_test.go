@@ -127,6 +127,13 @@ func TestResults(t *testing.T) {
 	if _, won, err := r.Claim(ctx, key, idempotency.Pending("ord_c", "fp")); !won || err != nil {
 		t.Fatalf("claim after purge: %v %v", won, err)
 	}
+	// Save writes to the bucket's subject itself: what is not a key hash is
+	// refused ("a.>" was stored under a wildcard subject).
+	for _, bad := range []string{"a.>", "*", "", "a b", key[:42] + "."} {
+		if err := r.Save(ctx, bad, done); !errors.Is(err, jetstream.ErrInvalidKey) {
+			t.Fatalf("save under %q: %v", bad, err)
+		}
+	}
 	n := 0
 	if err := r.Snapshot(ctx, func(string, []byte) { n++ }); err != nil || n != 1 {
 		t.Fatalf("snapshot: %d %v", n, err)

@@ -152,8 +152,14 @@ func (r *Results) claimed(ctx context.Context, key string, claim idempotency.Rec
 	return existing, false, err
 }
 
-// Save writes rec under key. Writing the same value again is harmless.
+// Save writes rec under key. Writing the same value again is harmless. It
+// publishes to the bucket's subject itself, without the KV client's check
+// of the key, so it refuses a key that is not a key hash: "a.>" would be
+// stored under a wildcard subject.
 func (r *Results) Save(ctx context.Context, key string, rec idempotency.Record) error {
+	if !idempotency.ValidKeyHash(key) {
+		return fmt.Errorf("save %q: %w", key, jetstream.ErrInvalidKey)
+	}
 	r.writing()
 	_, err := r.pub.PublishMsg(ctx, &nats.Msg{Subject: resultsSubject + key, Data: rec.Encode()})
 	return err

@@ -3,9 +3,11 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
+	"github.com/orderly-dev/orderly/internal/server"
 	"github.com/orderly-dev/orderly/projections"
 )
 
@@ -230,4 +233,55 @@ func readModels(t *testing.T, js jetstream.JetStream) (*jsstore.Results, *jsstor
 		t.Fatal(err)
 	}
 	return results, evs
+}
+
+// TestEventWithoutAKeyHashIsSkipped: an event in ORDER_EVENTS whose
+// idempotency_key_hash is not a key hash (the processor never writes one; a
+// hostile writer could) is acked and counted by the projector, never
+// becomes a subject of ORDER_RESULTS, and is skipped and listed by a
+// rebuild. Before, "a.>" was stored under a wildcard subject, and "" was
+// refused after a timeout and redelivered for ever.
+func TestEventWithoutAKeyHashIsSkipped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true, Processor: true, Projector: true}
+	cfg.Topology.Projector = true
+	cfg.OrderIDs = jsstore.OrderIDsNonce // the form whose answers the projector writes
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	results, evs := readModels(t, js)
+	for i, bad := range []string{"a.>", ""} {
+		id := events.OrderID(uint64(1000+i), events.NewNonce())
+		data, err := json.Marshal(events.NewEvent(events.OrderCreatedType, events.KindCreated, id, time.Now(), events.OrderCreated{
+			OrderID: id, Tenant: api.DefaultTenant, CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 1}},
+			Total: 1, IdempotencyKeyHash: bad, RequestFingerprint: "fp", AcceptedAt: time.Now(), CreatedAt: time.Now()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored, err := evs.Append(ctx, events.KindCreated, id, data); err != nil || !stored {
+			t.Fatalf("append: %v %v", stored, err)
+		}
+	}
+	if r := inst.PostOrder(t, "after-the-hostile-events", orderlytest.Order("c")); r.Status != http.StatusCreated {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	settled(t, js) // nothing left unacked
+	if n := inst.Metric(t, `orderly_events_skipped_total{reason="undecodable"}`); n != 2 {
+		t.Fatalf("%v events skipped as undecodable, want 2", n)
+	}
+	if err := results.Snapshot(ctx, func(key string, _ []byte) {
+		if !idempotency.ValidKeyHash(key) {
+			t.Errorf("ORDER_RESULTS holds %q", key)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{DryRun: true, MaxDifferences: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Equal() || rep.Unreadable != 2 || rep.Results != 1 || len(rep.Differences) != 2 || !strings.Contains(rep.Differences[0], "a.>") {
+		t.Fatalf("rebuild over the hostile events: %+v", rep)
+	}
 }
