@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	jsm "github.com/nats-io/jsm.go"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -78,6 +79,40 @@ func TestBackupRestoreDrill(t *testing.T) {
 	stop() // the NATS and its data are gone
 	url2, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
 	orderlytest.Setup(t, url2, creds, 0) // a fresh setup: empty streams, which the restore replaces
+
+	// A copy that lacks one stream's metadata is refused before any stream
+	// is replaced; one whose manifest counts other messages than the
+	// snapshot holds fails its check after the restore (on a NATS of its own).
+	damaged := func(change func(dir string)) string {
+		d := filepath.Join(t.TempDir(), "backup")
+		if err := os.CopyFS(d, os.DirFS(dir)); err != nil {
+			t.Fatal(err)
+		}
+		change(d)
+		return d
+	}
+	noMeta := damaged(func(d string) {
+		if err := os.Remove(filepath.Join(d, "ORDER_EVENTS", jsm.SnapshotMetaFile)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), noMeta, nil); err == nil || !strings.Contains(err.Error(), "not a complete backup: stream ORDER_EVENTS") {
+		t.Fatalf("a restore without a stream's metadata: %v", err)
+	}
+	miscounted := damaged(func(d string) {
+		b, err := os.ReadFile(filepath.Join(d, admin.ManifestFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = []byte(strings.Replace(string(b), fmt.Sprintf(`"messages": %d`, m.Streams[0].Messages), fmt.Sprintf(`"messages": %d`, m.Streams[0].Messages+1), 1))
+		if err := os.WriteFile(filepath.Join(d, admin.ManifestFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
+	url3, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+	if _, err := admin.Restore(ctx, operatorConn(t, url3, creds), miscounted, nil); err == nil || !strings.Contains(err.Error(), "the backup had") {
+		t.Fatalf("a restore of other messages than the manifest counts: %v", err)
+	}
 	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -159,5 +194,40 @@ func TestRestoreTakesOnlyOrderlysStreams(t *testing.T) {
 	}
 	if _, err := js.Stream(ctx, "ORDER_COMMANDS"); err != nil {
 		t.Fatalf("the setup's stream after a refused restore: %v", err)
+	}
+}
+
+// TestBackupRefusesADirectoryWithOtherFiles: a backup is written only into a
+// new or empty directory, or one that holds nothing but stream directories
+// of a backup that did not finish: never over a backup, nor next to other
+// files or directories, such as a NATS store's jetstream/ (refused before
+// NATS is asked anything, so no connection is needed here).
+func TestBackupRefusesADirectoryWithOtherFiles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		holds []string // paths; a trailing / makes a directory
+		want  string
+	}{
+		{"a NATS store", []string{"ORDER_COMMANDS/", "jetstream/"}, `holds "jetstream"`},
+		{"a file named as a stream", []string{"ORDER_EVENTS"}, `holds "ORDER_EVENTS"`},
+		{"another file", []string{"notes.txt"}, `holds "notes.txt"`},
+		{"a backup", []string{"ORDER_COMMANDS/", admin.ManifestFile}, "already holds a backup"},
+	} {
+		dir := t.TempDir()
+		for _, p := range tc.holds {
+			var err error
+			if strings.HasSuffix(p, "/") {
+				err = os.Mkdir(filepath.Join(dir, p), 0o700)
+			} else {
+				err = os.WriteFile(filepath.Join(dir, p), nil, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := admin.Backup(context.Background(), nil, dir, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }
