@@ -35,6 +35,13 @@ func TestParseIdempotencyKey(t *testing.T) {
 		{"inner space bare", []string{"a b"}, "", problem.CodeKeyInvalid},
 		{"inner space quoted", []string{`"a b"`}, "", problem.CodeKeyInvalid},
 		{"control character", []string{"a\x01b"}, "", problem.CodeKeyInvalid},
+		{"DEL", []string{"a\x7fb"}, "", problem.CodeKeyInvalid},
+		// Parameters that are not Structured Field parameters.
+		{"text between the quoted key and its parameter", []string{`"abc"xp=1`}, "", problem.CodeKeyInvalid},
+		{"parameter without a name", []string{"abc;=1"}, "", problem.CodeKeyInvalid},
+		{"parameter name in upper case", []string{"abc;P=1"}, "", problem.CodeKeyInvalid},
+		{"parameter name and value without =", []string{"abc;p:1"}, "", problem.CodeKeyInvalid},
+		{"parameter value not ASCII", []string{"abc;p=\"\u00e9\""}, "", problem.CodeKeyInvalid},
 		{"non-ASCII", []string{"clé"}, "", problem.CodeKeyInvalid},
 		{"non-ASCII quoted", []string{`"clé"`}, "", problem.CodeKeyInvalid},
 		{"unterminated", []string{`"abc`}, "", problem.CodeKeyInvalid},
