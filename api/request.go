@@ -322,9 +322,11 @@ func (d *decoder) text(field string, raw json.RawMessage, maxLen int) string {
 	return ""
 }
 
+// hasControl reports whether s holds a control character: C0, DEL or C1
+// (Unicode's Cc; a terminal may take U+009B for an escape sequence).
 func hasControl(s string) bool {
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
 			return true
 		}
 	}

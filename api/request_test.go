@@ -21,6 +21,12 @@ func TestDecodeOrderValid(t *testing.T) {
 		req.Total == nil || *req.Total != 4990 {
 		t.Fatalf("decoded %+v", req)
 	}
+	// Lengths are in characters, not bytes; the first character past the
+	// controls is text.
+	long, errs := DecodeOrder([]byte(`{"customer_id":"` + strings.Repeat("é", MaxCustomerIDLen) + `","currency":"EUR","items":[{"sku":"` + strings.Repeat("€", MaxSKULen-1) + `\u00a0","quantity":1,"unit_price":1}]}`))
+	if errs != nil || long.CustomerID != strings.Repeat("é", MaxCustomerIDLen) {
+		t.Fatalf("the longest customer ID and SKU in characters: %v", errs)
+	}
 	noTotal, errs := DecodeOrder([]byte(`{"customer_id":"c","currency":"USD","items":[{"sku":"x","quantity":1,"unit_price":0}],"total":null}`))
 	if errs != nil || noTotal.Total != nil {
 		t.Fatalf("null total: %+v %v", noTotal, errs)
@@ -47,6 +53,11 @@ func TestDecodeOrderErrors(t *testing.T) {
 		{"lower-case currency", `{"customer_id":"c","currency":"eur","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"currency"}},
 		{"negative total", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":-1}`, []string{"total"}},
 		{"control character", `{"customer_id":"c\u0000","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
+		{"DEL", `{"customer_id":"c\u007f","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
+		{"C1 control (CSI)", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x\u009b2J","quantity":1,"unit_price":1}]}`, []string{"items[0].sku"}},
+		{"C1 control unescaped", "{\"customer_id\":\"c\u0085\",\"currency\":\"EUR\",\"items\":[{\"sku\":\"x\",\"quantity\":1,\"unit_price\":1}]}", []string{"customer_id"}},
+		{"128 characters and a bad currency", `{"customer_id":"` + strings.Repeat("é", 128) + `","currency":"eur","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"currency"}},
+		{"129 characters", `{"customer_id":"` + strings.Repeat("é", 129) + `","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}]}`, []string{"customer_id"}},
 		{"overflow", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":9223372036854775807,"unit_price":2}]}`, []string{"items"}},
 		{"out of range", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":99999999999999999999,"unit_price":2}]}`, []string{"items[0].quantity"}},
 		{"a field twice", `{"customer_id":"c","currency":"EUR","items":[{"sku":"x","quantity":1,"unit_price":1}],"total":1,"total":100}`, []string{"total"}},
