@@ -269,6 +269,8 @@ func TestSubmit(t *testing.T) {
 		{name: "new key, decided within the wait", in: submit(time.Second, 0), decide: ptr(completed(firstID, "fp")),
 			kind: Completed, orderID: firstID, published: 1},
 		{name: "new key, not decided within the wait", in: submit(20*time.Millisecond, 0), kind: Accepted, orderID: firstID, published: 1},
+		{name: "new key, only a pending claim within the wait (an earlier version's): accepted", in: submit(50*time.Millisecond, 0),
+			decide: ptr(idempotency.Pending(firstID, "fp")), kind: Accepted, orderID: firstID, published: 1},
 		{name: "our command lost the claim to an earlier order: its answer, a replay", in: submit(time.Second, 0),
 			decide: ptr(completed("ord_other", "fp")), kind: Completed, orderID: "ord_other", replayed: true, published: 1},
 		{name: "cached result: replayed without a read or a publish", setup: func(f *fixture) { f.cache.Remember(key, completed("ord_x", "fp")) },
@@ -359,12 +361,16 @@ func TestWaitersReadTheStoreWhileTheWatcherIsDown(t *testing.T) {
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		f.results.mu.Lock()
+		f.results.m[key] = idempotency.Pending(firstID, "fp") // an earlier version's claim: not an answer
+		f.results.mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		f.results.mu.Lock()
 		f.results.m[key] = completed(firstID, "fp")
 		f.results.mu.Unlock()
 	}()
 	begin := time.Now()
 	out, err := f.svc.Submit(context.Background(), submit(5*time.Second, 0))
-	if err != nil || out.Kind != Completed || time.Since(begin) > time.Second {
+	if err != nil || out.Kind != Completed || out.Record.State != idempotency.StateCompleted || time.Since(begin) > time.Second {
 		t.Fatalf("%+v %v after %s", out, err, time.Since(begin))
 	}
 }
@@ -437,6 +443,20 @@ func TestOrder(t *testing.T) {
 	}
 	if _, err := f.svc.Order(ctx, "other", id, 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("another tenant's decided order: %v", err)
+	}
+	// A decided order is answered from its one read, whatever wait asks
+	// for: no decision will wake it.
+	f.orders.mu.Lock()
+	before := f.orders.reads
+	f.orders.mu.Unlock()
+	if o, err := f.svc.Order(ctx, "t", id, 10*time.Second); err != nil || o.Status != idempotency.StatusCreated {
+		t.Fatalf("a long poll of a decided order: %+v %v", o, err)
+	}
+	f.orders.mu.Lock()
+	n := f.orders.reads - before
+	f.orders.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("a long poll of a decided order read it %d times", n)
 	}
 	evs, err := f.svc.OrderEvents(ctx, "t", id)
 	if err != nil || string(evs) != `[{"event":"`+id+`"}]` {
