@@ -21,12 +21,22 @@ type fakeResults struct {
 	m     map[string]idempotency.Record
 	err   error
 	reads int
+	// hanging, when set, makes the first read hang until its context ends,
+	// and is closed when it does.
+	hanging chan struct{}
 }
 
-func (f *fakeResults) Get(_ context.Context, key string) (idempotency.Record, bool, error) {
+func (f *fakeResults) Get(ctx context.Context, key string) (idempotency.Record, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
+	if f.hanging != nil && f.reads == 1 {
+		f.mu.Unlock()
+		close(f.hanging)
+		<-ctx.Done()
+		f.mu.Lock()
+		return idempotency.Record{}, false, ctx.Err()
+	}
 	if f.err != nil {
 		return idempotency.Record{}, false, f.err
 	}
@@ -137,12 +147,24 @@ type fakeCommands struct {
 	err       error
 	failFirst int   // the first attempts fail with failWith...
 	failWith  error // ...after storing the command when it is timedOut
+	// hangFirst makes the first attempt store the command and then hang
+	// until its context ends (an ack that never comes), returning its error.
+	hangFirst bool
+	hanging   chan struct{} // closed once the first attempt hangs
 }
 
-func (f *fakeCommands) Publish(_ context.Context, cmd events.CreateOrder) (uint64, bool, error) {
+func (f *fakeCommands) Publish(ctx context.Context, cmd events.CreateOrder) (uint64, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.published++
+	if f.hangFirst && f.published == 1 {
+		f.store(cmd)
+		f.mu.Unlock()
+		close(f.hanging)
+		<-ctx.Done()
+		f.mu.Lock()
+		return 0, false, ctx.Err()
+	}
 	if f.err != nil {
 		return 0, false, f.err
 	}
@@ -210,8 +232,16 @@ type fixture struct {
 	watcher  *fakeWatcher
 	commands *fakeCommands
 	orders   *fakeOrders
+	upMu     sync.Mutex
 	up       context.Context
 	down     context.CancelFunc
+}
+
+// reconnect makes the connection up again after down.
+func (f *fixture) reconnect() {
+	f.upMu.Lock()
+	defer f.upMu.Unlock()
+	f.up, f.down = context.WithCancel(context.Background())
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -219,7 +249,11 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{results: &fakeResults{m: map[string]idempotency.Record{}}, cache: &fakeCache{}, watcher: &fakeWatcher{},
 		commands: &fakeCommands{}, orders: &fakeOrders{m: map[string]idempotency.Order{}}}
 	f.up, f.down = context.WithCancel(context.Background())
-	svc, err := NewService(Config{RequestTimeout: time.Second, Up: func() context.Context { return f.up },
+	svc, err := NewService(Config{RequestTimeout: time.Second, Up: func() context.Context {
+		f.upMu.Lock()
+		defer f.upMu.Unlock()
+		return f.up
+	},
 		ReconnectGrace: 50 * time.Millisecond, PollInterval: time.Second, DownPollInterval: 20 * time.Millisecond},
 		Deps{Results: f.results, Cache: f.cache, Watcher: f.watcher, Commands: f.commands, Orders: f.orders}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -390,6 +424,52 @@ func TestReadsRetryWhileNATSIsUnavailable(t *testing.T) {
 	if err != nil || out.Kind != Completed || f.results.reads < 2 {
 		t.Fatalf("%+v %v after %d reads", out, err, f.results.reads)
 	}
+}
+
+// TestPublishCutOffByALostConnectionIsSentAgain: an attempt in flight when
+// the connection to NATS is lost ends at once (its context is canceled, an
+// error that is not NATS's "unavailable"), and the command is sent again
+// once the connection is back within the grace: the broker's duplicate ack
+// of the request's own command says it is stored.
+func TestPublishCutOffByALostConnectionIsSentAgain(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.svc.cfg.ReconnectGrace = f.svc.cfg.RequestTimeout // the goroutine's 10 ms with margin
+	f.commands.hangFirst, f.commands.hanging = true, make(chan struct{})
+	go f.loseConnectionWhile(f.commands.hanging)
+	out, err := f.svc.Submit(context.Background(), submit(0, 0))
+	f.commands.mu.Lock()
+	defer f.commands.mu.Unlock()
+	if err != nil || out.Kind != Accepted || out.OrderID != firstID || f.commands.published != 2 {
+		t.Fatalf("%+v %v after %d attempts", out, err, f.commands.published)
+	}
+}
+
+// TestReadCutOffByALostConnectionIsRetried: so is a read.
+func TestReadCutOffByALostConnectionIsRetried(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.svc.cfg.ReconnectGrace = f.svc.cfg.RequestTimeout
+	f.results.hanging = make(chan struct{})
+	go f.loseConnectionWhile(f.results.hanging)
+	out, err := f.svc.Submit(context.Background(), submit(0, 0))
+	f.results.mu.Lock()
+	defer f.results.mu.Unlock()
+	if err != nil || out.Kind != Accepted || f.results.reads != 2 {
+		t.Fatalf("%+v %v after %d reads", out, err, f.results.reads)
+	}
+}
+
+// loseConnectionWhile loses the connection once hanging is closed, and
+// makes it again 10 ms later (the tests make the reconnect grace longer).
+func (f *fixture) loseConnectionWhile(hanging <-chan struct{}) {
+	<-hanging
+	f.upMu.Lock()
+	down := f.down
+	f.upMu.Unlock()
+	down()
+	time.Sleep(10 * time.Millisecond)
+	f.reconnect()
 }
 
 func TestDrainCutsWaitsShort(t *testing.T) {
