@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/app"
+	"github.com/orderly-dev/orderly/internal/ops"
 	"github.com/orderly-dev/orderly/internal/problem"
 )
 
@@ -194,18 +194,17 @@ func (h *handlers) authenticate(c *gin.Context) {
 	if !h.tokens.enabled {
 		return // every request is DefaultTenant's (see tenant)
 	}
-	const prefix = "Bearer "
-	auth := c.GetHeader("Authorization")
+	token, ok := ops.BearerToken(c.GetHeader("Authorization"))
 	// A refused request's body is never read: the connection is closed
 	// after the 401 instead of draining what the client still sends.
 	c.Header("Connection", "close")
-	if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
+	if !ok {
 		c.Header("WWW-Authenticate", `Bearer realm="orderly"`)
 		writeProblem(c, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "Unauthorized", "send Authorization: Bearer <token>"))
 		c.Abort()
 		return
 	}
-	tenant, ok := h.tokens.tenant(auth[len(prefix):])
+	tenant, ok := h.tokens.tenant(token)
 	if !ok {
 		c.Header("WWW-Authenticate", `Bearer realm="orderly", error="invalid_token"`)
 		writeProblem(c, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "Unauthorized", "the bearer token is not valid"))

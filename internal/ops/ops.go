@@ -115,10 +115,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // loopback client when there is none.
 func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if token := *h.token.Load(); token != "" {
-		const prefix = "Bearer "
-		auth := r.Header.Get("Authorization")
-		if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) ||
-			subtle.ConstantTimeCompare([]byte(auth[len(prefix):]), []byte(token)) != 1 {
+		if got, ok := BearerToken(r.Header.Get("Authorization")); !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="orderly-metrics"`)
 			write(w, problem.New(http.StatusUnauthorized, problem.CodeUnauthorized, "Unauthorized", "send Authorization: Bearer <the token of --metrics-token-file>"))
 			return
@@ -129,6 +126,17 @@ func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.metrics.ServeHTTP(w, r)
+}
+
+// BearerToken is the token of an Authorization header value of the Bearer
+// scheme (RFC 6750; the scheme's name in any case, one space); ok is false
+// for any other value or an empty token.
+func BearerToken(auth string) (token string, ok bool) {
+	const prefix = "Bearer "
+	if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
+		return "", false
+	}
+	return auth[len(prefix):], true
 }
 
 // SetMetricsToken replaces the metrics token (a token file read again);

@@ -207,3 +207,24 @@ func TestHealthzFailsOnALivenessCheck(t *testing.T) {
 		t.Fatalf("not live: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestBearerToken: the Bearer scheme in any case with one space and a
+// token; anything else is no token.
+func TestBearerToken(t *testing.T) {
+	t.Parallel()
+	for auth, want := range map[string]string{
+		"Bearer abc":  "abc",
+		"bearer abc":  "abc",
+		"BEARER a b":  "a b", // the token's own form is the lookup's to judge
+		"Bearer  abc": " abc",
+	} {
+		if got, ok := ops.BearerToken(auth); !ok || got != want {
+			t.Errorf("%q: %q %v, want %q", auth, got, ok, want)
+		}
+	}
+	for _, auth := range []string{"", "Bearer", "Bearer ", "Basic abc", "Basic  abc", "Bearerabc", "abc", "Bearer\tabc"} {
+		if got, ok := ops.BearerToken(auth); ok {
+			t.Errorf("%q: token %q", auth, got)
+		}
+	}
+}
