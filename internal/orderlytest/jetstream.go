@@ -186,6 +186,7 @@ func (c *TestCluster) StopFeedAndQuorum(tb testing.TB, js jetstream.JetStream, s
 	if first == c.Index(js.Conn().ConnectedServerName()) {
 		first = (host + 1) % 3
 	}
+	tb.Logf("the feed's consumer is on node %d; stopping node %d", host, first)
 	c.Stop(first)
 	host = c.Index(FeedNode(tb, js, stream, nil))
 	tb.Logf("stopped node %d; the feed's consumer is on node %d, its client on node %d", first, host, c.Index(js.Conn().ConnectedServerName()))
@@ -338,14 +339,16 @@ func ExternalNATS(tb testing.TB, dir string, port int, creds natsauth.Credential
 // (one without a durable name), such as an API process's result feed; with
 // which, only a consumer it picks counts (KeyedFeed: the feed of keyed
 // events, not another ordered consumer on the same stream). It waits up to
-// 10 s for the consumer to be listed with its node. When several are
+// 30 s for the consumer to be listed with its node: after a node stops, the
+// listing waits for the stream's new leader, which took more than 10 s once
+// in CI's race run with the whole suite beside it. When several are
 // listed, as when the feed's client has made its consumer again and the old
 // one is still listed (nats.go deletes it in the background), it is the
 // newest one's node.
 func FeedNode(tb testing.TB, js jetstream.JetStream, stream string, which func(jetstream.ConsumerConfig) bool) string {
 	tb.Helper()
 	var last error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		s, err := js.Stream(context.Background(), stream)
 		if err != nil {
 			last = err
@@ -363,7 +366,7 @@ func FeedNode(tb testing.TB, js jetstream.JetStream, stream string, which func(j
 			return node
 		}
 	}
-	tb.Fatalf("no such feed on %s within 10 s (last error: %v)", stream, last)
+	tb.Fatalf("no such feed on %s within 30 s (last error: %v)", stream, last)
 	return ""
 }
 
