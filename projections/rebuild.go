@@ -98,11 +98,12 @@ func Rebuild(ctx context.Context, results RebuildTarget, log EventReader, ttl ti
 		return rep, err
 	}
 	want := make(map[string]bool, len(live))
-	differ := func(key, what string) {
+	list := func(format string, a ...any) {
 		if len(rep.Differences) < opts.MaxDifferences {
-			rep.Differences = append(rep.Differences, fmt.Sprintf("result %s: %s", key, what))
+			rep.Differences = append(rep.Differences, fmt.Sprintf(format, a...))
 		}
 	}
+	differ := func(key, what string) { list("result %s: %s", key, what) }
 	err = log.Each(ctx, func(data []byte, total uint64) error {
 		rep.Events++
 		if opts.Progress != nil && rep.Events%1000 == 0 {
@@ -114,9 +115,7 @@ func Rebuild(ctx context.Context, results RebuildTarget, log EventReader, ttl ti
 		}
 		if err != nil {
 			rep.Unreadable++
-			if len(rep.Differences) < opts.MaxDifferences {
-				rep.Differences = append(rep.Differences, fmt.Sprintf("event %d: skipped: %v", rep.Events, err))
-			}
+			list("event %d: skipped: %v", rep.Events, err)
 			return nil
 		}
 		if p.Record == nil || time.Since(p.At) >= ttl {

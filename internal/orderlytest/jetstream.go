@@ -375,7 +375,8 @@ func FeedNode(tb testing.TB, js jetstream.JetStream, stream string, which func(j
 // a keyed deployment: whole messages of the keyed subjects. The decision
 // feed of long polls reads every event's headers, and the read of the keys
 // at start (whose consumer is deleted when the read ends, but may be listed
-// while it runs) the keyed subjects' headers. (The server lists a single filter as FilterSubject.)
+// while it runs) the keyed subjects' headers. (The server lists a single
+// filter as FilterSubject.)
 func KeyedFeed(cfg jetstream.ConsumerConfig) bool {
 	return !cfg.HeadersOnly && (cfg.FilterSubject == events.KeyedEventSubjects || slices.Equal(cfg.FilterSubjects, []string{events.KeyedEventSubjects}))
 }
