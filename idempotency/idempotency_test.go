@@ -55,7 +55,8 @@ func TestRecordRoundTrip(t *testing.T) {
 	t.Parallel()
 	body := []byte("{\"id\":\"x\"}\n\x00binary\n")
 	decided := time.Date(2026, 11, 30, 17, 4, 5, 123456789, time.UTC)
-	r := idempotency.Record{State: idempotency.StateCompleted, OrderID: "ord_x", Fingerprint: "fp", Status: 201, Location: "/v1/orders/ord_x", ContentType: "application/json",
+	id := events.OrderID(42, "ABCDEFGHJKMNP")
+	r := idempotency.Record{State: idempotency.StateCompleted, OrderID: id, Fingerprint: "fp", Status: 201, Location: idempotency.OrderPath(id), ContentType: "application/json",
 		DecidedUnixNano: decided.UnixNano(), Body: body}
 	got, err := idempotency.Decode(r.Encode())
 	if err != nil {
@@ -77,14 +78,55 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// TestRecordFromAHostileWriter: a record is read from a stream that another
+// process wrote, and its order ID and status reach a response and events.
+// Decode refuses what orderly never writes: net/http panics on a status
+// that is not three digits, and an order ID goes into a Location header
+// and an event's duplicate_of.
+func TestRecordFromAHostileWriter(t *testing.T) {
+	t.Parallel()
+	id := events.OrderID(7, "ABCDEFGHJKMNP")
+	keyed := events.KeyedOrderID(7, strings.Repeat("a", events.KeyTokenLen))
+	ok := []idempotency.Record{
+		{State: idempotency.StateCompleted, OrderID: id, Fingerprint: "fp", Status: 201, Body: []byte("{}")},
+		{State: idempotency.StateCompleted, OrderID: keyed, Fingerprint: "fp", Status: 422, Body: []byte("{}")},
+		{State: idempotency.StateCompleted, OrderID: id, Status: 200},
+		{State: idempotency.StateCompleted, OrderID: id, Status: 599},
+		idempotency.Pending(id, "fp"),
+	}
+	for _, r := range ok {
+		if _, err := idempotency.Decode(r.Encode()); err != nil {
+			t.Errorf("%+v: %v", r, err)
+		}
+	}
+	bad := []idempotency.Record{
+		{State: idempotency.StateCompleted, OrderID: id, Status: 0},
+		{State: idempotency.StateCompleted, OrderID: id, Status: 42},
+		{State: idempotency.StateCompleted, OrderID: id, Status: 199},
+		{State: idempotency.StateCompleted, OrderID: id, Status: 600},
+		{State: idempotency.StateCompleted, OrderID: id, Status: 1000},
+		{State: idempotency.StateCompleted, OrderID: id, Status: -201},
+		{State: idempotency.StateCompleted, OrderID: "ord_x", Status: 201},
+		{State: idempotency.StateCompleted, OrderID: id + "\r\nSet-Cookie: a=b", Status: 201},
+		{State: idempotency.StateCompleted, OrderID: "", Status: 201},
+		idempotency.Pending("ord_>", "fp"),
+		idempotency.Pending("", "fp"),
+	}
+	for _, r := range bad {
+		if got, err := idempotency.Decode(r.Encode()); err == nil {
+			t.Errorf("Decode of %+v succeeded: %+v", r, got)
+		}
+	}
+}
+
 // TestRecordHeadersAreJSON: the hand-written header decodes to what was
 // encoded, whatever the strings hold.
 func TestRecordHeadersAreJSON(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"plain", `quo"te`, `back\slash`, "ctl\x01\x1f", "ünïcödé", ""} {
-		r := idempotency.Record{State: idempotency.StatePending, OrderID: s, Fingerprint: s, Location: s, ContentType: s, Status: 201, Body: []byte(`{"id":1}`)}
+		r := idempotency.Record{State: idempotency.StatePending, OrderID: events.OrderID(1, "ABCDEFGHJKMNP"), Fingerprint: s, Location: s, ContentType: s, Status: 201, Body: []byte(`{"id":1}`)}
 		gr, err := idempotency.Decode(r.Encode())
-		if err != nil || gr.OrderID != s || gr.Location != s || gr.ContentType != s || gr.Status != 201 || string(gr.Body) != `{"id":1}` {
+		if err != nil || gr.Fingerprint != s || gr.Location != s || gr.ContentType != s || gr.Status != 201 || string(gr.Body) != `{"id":1}` {
 			t.Fatalf("record %q: %+v %v", s, gr, err)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	gojson "github.com/goccy/go-json"
+
+	"github.com/orderly-dev/orderly/events"
 )
 
 // State is the state of a key's record.
@@ -107,18 +109,32 @@ func (r Record) Encode() []byte {
 	return append(b, r.Body...)
 }
 
+// ErrBadRecord is the error of Decode for bytes that are not a record
+// orderly writes: damaged, or written by someone else.
+var ErrBadRecord = errors.New("idempotency record")
+
 // Decode decodes the stored form of a record.
 func Decode(b []byte) (Record, error) {
 	var r Record
 	i := bytes.IndexByte(b, '\n')
 	if i < 0 {
-		return Record{}, errors.New("idempotency record: no header line")
+		return Record{}, fmt.Errorf("%w: no header line", ErrBadRecord)
 	}
 	if err := gojson.Unmarshal(b[:i], &r); err != nil {
-		return Record{}, fmt.Errorf("idempotency record: %w", err)
+		return Record{}, fmt.Errorf("%w: %w", ErrBadRecord, err)
 	}
 	if r.State != StatePending && r.State != StateCompleted {
-		return Record{}, fmt.Errorf("idempotency record: unknown state %q", r.State)
+		return Record{}, fmt.Errorf("%w: unknown state %q", ErrBadRecord, r.State)
+	}
+	// The record is read from a stream that another process wrote: an order
+	// ID goes into a Location header and into events (duplicate_of), and the
+	// status into the response line, where net/http panics on a code that
+	// is not three digits.
+	if !events.ValidOrderID(r.OrderID) {
+		return Record{}, fmt.Errorf("%w: %q is not an order ID", ErrBadRecord, r.OrderID)
+	}
+	if r.Completed() && (r.Status < 200 || r.Status > 599) {
+		return Record{}, fmt.Errorf("%w: a stored response with status %d", ErrBadRecord, r.Status)
 	}
 	r.Body = b[i+1:]
 	return r, nil

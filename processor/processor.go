@@ -298,6 +298,11 @@ func (h *Handler) claimResponses(ctx context.Context, ws []work, errs []error) {
 		}
 		if o.Err != nil {
 			errs[w.i] = fmt.Errorf("claim key of %s: %w", w.orderID, o.Err)
+			if errors.Is(o.Err, idempotency.ErrBadRecord) {
+				// The key holds what orderly never writes: no retry reads
+				// it, and no decision of this command can take the key.
+				errs[w.i] = Permanent(errs[w.i])
+			}
 			continue
 		}
 		w.holder, w.won = o.Holder, o.Won
@@ -514,6 +519,13 @@ func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
 		return h.giveUpKeyed(ctx, keyedWork{ctx: ctx, cmd: cmd, orderID: orderID, dec: dec, delivered: d.Delivered}, cause)
 	}
 	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, dec.Record)
+	if errors.Is(err, idempotency.ErrBadRecord) {
+		// Nothing can be stored for the key until its record is mended
+		// (orderly projections rebuild removes it); the dead letter keeps the
+		// command for orderly dlq replay.
+		h.logger.ErrorContext(ctx, "order left undecided: its key holds a record that cannot be decoded", "order_id", orderID, "err", err)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("claim key of %s: %w", orderID, err)
 	}

@@ -173,9 +173,7 @@ func New(cfg Config, results ResultFeed, decisions DecisionFeed, reg prometheus.
 // does not receive every event.
 func (h *Hub) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop, live, err := h.results.Watch(ctx, h.applyResult, func(key string, err error) {
-		h.logger.Error("undecodable result", "key", key, "err", err)
-	})
+	stop, live, err := h.results.Watch(ctx, h.applyResult, h.undecodable)
 	if err != nil {
 		cancel()
 		return err
@@ -323,6 +321,17 @@ func (h *Hub) applyResult(key string, r idempotency.Record) {
 		h.cache.Remove(key)
 	}
 	h.waitingR.publish(tokenOf(key), r)
+}
+
+// undecodable takes a record that cannot be decoded (damaged, or not
+// orderly's): the key has a record, so its requests read the store, which
+// refuses it, rather than take the key for new.
+func (h *Hub) undecodable(key string, err error) {
+	h.logger.Error("undecodable result", "key", key, "err", err)
+	h.seen.Add(tokenOf(key), h.now())
+	if h.cache != nil {
+		h.cache.Remove(key)
+	}
 }
 
 // applyKeyed takes a keyed event: its key has an answer now. The answer is

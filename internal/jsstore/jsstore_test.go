@@ -88,15 +88,15 @@ func TestResults(t *testing.T) {
 	if _, ok, err := r.Get(ctx, key); ok || err != nil {
 		t.Fatalf("get before: %v %v", ok, err)
 	}
-	mine := idempotency.Pending("ord_a", "fp")
+	mine := idempotency.Pending(oid(1), "fp")
 	if _, won, err := r.Claim(ctx, key, mine); !won || err != nil {
 		t.Fatalf("first claim: %v %v", won, err)
 	}
-	holder, won, err := r.Claim(ctx, key, idempotency.Pending("ord_b", "fp2"))
-	if won || err != nil || holder.OrderID != "ord_a" {
+	holder, won, err := r.Claim(ctx, key, idempotency.Pending(oid(2), "fp2"))
+	if won || err != nil || holder.OrderID != oid(1) {
 		t.Fatalf("second claim: %+v %v %v", holder, won, err)
 	}
-	done := idempotency.Record{State: idempotency.StateCompleted, OrderID: "ord_a", Fingerprint: "fp", Status: 201, Body: []byte("{}")}
+	done := idempotency.Record{State: idempotency.StateCompleted, OrderID: oid(1), Fingerprint: "fp", Status: 201, Body: []byte("{}")}
 	if err := r.Save(ctx, key, done); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestResults(t *testing.T) {
 	if err := r.Purge(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if _, won, err := r.Claim(ctx, key, idempotency.Pending("ord_c", "fp")); !won || err != nil {
+	if _, won, err := r.Claim(ctx, key, idempotency.Pending(oid(3), "fp")); !won || err != nil {
 		t.Fatalf("claim after purge: %v %v", won, err)
 	}
 	// Save writes to the bucket's subject itself: what is not a key hash is
@@ -171,11 +171,11 @@ func TestResultKeys(t *testing.T) {
 	want := map[string]bool{}
 	for i := range 300 {
 		key := idempotency.KeyHash("t", fmt.Sprintf("k%d", i))
-		if _, _, err := r.Claim(ctx, key, idempotency.Pending("ord_a", "fp")); err != nil {
+		if _, _, err := r.Claim(ctx, key, idempotency.Pending(oid(1), "fp")); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 { // written twice: listed once
-			if err := r.Save(ctx, key, idempotency.Record{State: idempotency.StateCompleted, OrderID: "ord_a", Fingerprint: "fp", Status: 201, Body: []byte("{}")}); err != nil {
+			if err := r.Save(ctx, key, idempotency.Record{State: idempotency.StateCompleted, OrderID: oid(1), Fingerprint: "fp", Status: 201, Body: []byte("{}")}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -517,7 +517,7 @@ func TestReadsLeaveNoConsumer(t *testing.T) {
 	if stored, err := e.Append(ctx, events.KindCreated, events.KeyedOrderID(1, token), []byte("{}")); err != nil || !stored {
 		t.Fatalf("append: %v %v", stored, err)
 	}
-	if _, _, err := r.Claim(ctx, idempotency.KeyHash("t", "a"), idempotency.Pending("ord_a", "fp")); err != nil {
+	if _, _, err := r.Claim(ctx, idempotency.KeyHash("t", "a"), idempotency.Pending(oid(1), "fp")); err != nil {
 		t.Fatal(err)
 	}
 	reads()
@@ -605,3 +605,7 @@ func TestDialSaysWhatToDoWhenNothingListens(t *testing.T) {
 		}
 	}
 }
+
+// oid is a well-formed order ID for sequence n: the store refuses records of
+// anything else.
+func oid(n uint64) string { return events.OrderID(n, "ABCDEFGHJKMNP") }

@@ -82,14 +82,14 @@ func TestClaimAllAndAppendAll(t *testing.T) {
 		return idempotency.Record{State: idempotency.StateCompleted, OrderID: orderID, Fingerprint: "fp", Status: 201, Body: []byte(`{}`)}
 	}
 	k1, k2, k3 := idempotency.KeyHash("t", "k1"), idempotency.KeyHash("t", "k2"), idempotency.KeyHash("t", "k3")
-	if _, won, err := r.Claim(ctx, k3, rec("ord_3")); err != nil || !won {
+	if _, won, err := r.Claim(ctx, k3, rec(oid(3))); err != nil || !won {
 		t.Fatal(won, err)
 	}
-	claims := r.ClaimAll(ctx, []jsstore.ClaimRequest{{Key: k1, Record: rec("ord_1")}, {Key: k2, Record: rec("ord_2")}, {Key: k1, Record: rec("ord_1b")}, {Key: k3, Record: rec("ord_3b")}})
+	claims := r.ClaimAll(ctx, []jsstore.ClaimRequest{{Key: k1, Record: rec(oid(1))}, {Key: k2, Record: rec(oid(2))}, {Key: k1, Record: rec(oid(11))}, {Key: k3, Record: rec(oid(13))}})
 	want := []struct {
 		won    bool
 		holder string
-	}{{true, "ord_1"}, {true, "ord_2"}, {false, "ord_1"}, {false, "ord_3"}}
+	}{{true, oid(1)}, {true, oid(2)}, {false, oid(1)}, {false, oid(3)}}
 	for i, w := range want {
 		if c := claims[i]; c.Err != nil || c.Won != w.won || c.Holder.OrderID != w.holder {
 			t.Errorf("claim %d: won %v holder %s err %v, want won %v holder %s", i, c.Won, c.Holder.OrderID, c.Err, w.won, w.holder)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -106,11 +108,11 @@ func TestRebuildEqualsLive(t *testing.T) {
 	if _, err := kv.Put(ctx, keys[5], []byte("{\"state\":\"completed\"}\ngarbage")); err != nil {
 		t.Fatal(err)
 	}
-	stray := idempotency.Record{State: idempotency.StateCompleted, OrderID: "x", Fingerprint: "f", Status: 201}
+	stray := idempotency.Record{State: idempotency.StateCompleted, OrderID: events.OrderID(1<<40, events.NewNonce()), Fingerprint: "f", Status: 201}
 	if _, err := kv.Put(ctx, "stray", stray.Encode()); err != nil {
 		t.Fatal(err)
 	}
-	claim := idempotency.Record{State: idempotency.StatePending, OrderID: "y", Fingerprint: "f"}
+	claim := idempotency.Record{State: idempotency.StatePending, OrderID: events.OrderID(1<<40+1, events.NewNonce()), Fingerprint: "f"}
 	if _, err := kv.Put(ctx, "in-flight", claim.Encode()); err != nil {
 		t.Fatal(err)
 	}
@@ -283,5 +285,97 @@ func TestEventWithoutAKeyHashIsSkipped(t *testing.T) {
 	}
 	if !rep.Equal() || rep.Unreadable != 2 || rep.Results != 1 || len(rep.Differences) != 2 || !strings.Contains(rep.Differences[0], "a.>") {
 		t.Fatalf("rebuild over the hostile events: %+v", rep)
+	}
+}
+
+// TestForgedResultIsRefused: a record in ORDER_RESULTS that orderly never
+// writes (a hostile writer's, or a damaged one) answers no request with
+// what it says, stalls no command, and a rebuild removes it. Before, a
+// status that is not three digits made net/http panic after the status line
+// was chosen, so the problem written by the recovery went out as 200; an
+// order ID outside the two forms went into the Location header.
+func TestForgedResultIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := orderlytest.Config(t)
+	cfg.Roles = server.Roles{API: true, Processor: true, Projector: true}
+	cfg.Topology.Projector = true
+	cfg.OrderIDs = jsstore.OrderIDsNonce // the form whose answers ORDER_RESULTS holds
+	var log orderlytest.Buffer
+	inst := orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(&log, nil)))
+	js := inst.JetStream(t)
+	kv, err := js.KeyValue(ctx, events.ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := orderlytest.Order("c")
+	fp := idempotency.Fingerprint(decode(t, body))
+	id := events.OrderID(1, events.NewNonce())
+	forged := []idempotency.Record{
+		{State: idempotency.StateCompleted, OrderID: id, Fingerprint: fp, Status: 1000, ContentType: "application/json", Body: []byte(`{"forged":1}`)},
+		{State: idempotency.StateCompleted, OrderID: id, Fingerprint: fp, Status: 42, ContentType: "application/json", Body: []byte(`{"forged":2}`)},
+		{State: idempotency.StateCompleted, OrderID: "../../admin", Fingerprint: fp, Status: 201, Location: "/v1/orders/../../admin", ContentType: "application/json", Body: []byte(`{"forged":3}`)},
+		{State: idempotency.StatePending, OrderID: "ord_>", Fingerprint: fp},
+	}
+	for i, r := range forged {
+		if _, err := kv.Put(ctx, idempotency.KeyHash(api.DefaultTenant, "forged-"+strconv.Itoa(i)), r.Encode()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The API's view of the keys has them (a request of such a key reads
+	// the store), once its feed delivered them.
+	orderlytest.Eventually(t, 10*time.Second, "the forged records to reach the API's view", func() bool {
+		return strings.Count(log.String(), "undecodable result") >= len(forged)
+	})
+	for i, r := range forged {
+		resp := inst.PostOrder(t, "forged-"+strconv.Itoa(i), body)
+		if resp.Status != http.StatusInternalServerError || resp.Header.Get("Content-Type") != "application/problem+json" ||
+			bytes.Contains(resp.Body, []byte("forged")) || resp.Header.Get("Location") != "" {
+			t.Errorf("a request whose key holds %+v: %d %v %s", r, resp.Status, resp.Header, resp.Body)
+		}
+	}
+
+	// A command that reaches the processor before the API saw its key's
+	// record (or published past the API): dead-lettered at once, not
+	// redelivered for ever.
+	if _, err := kv.Put(ctx, idempotency.KeyHash(api.DefaultTenant, "forged-cmd"), forged[0].Encode()); err != nil {
+		t.Fatal(err)
+	}
+	orderID := publishCommand(t, js, "forged-cmd", fp, body)
+	settled(t, js)
+	if n := orderlytest.Stored(t, js, events.DeadLetterStream); n != 1 {
+		t.Fatalf("%d dead letters, want the one command of a key with a forged record", n)
+	}
+	if n := inst.Metric(t, `orderly_pipeline_messages_total{outcome="dead_lettered",pipeline="processor"}`); n != 1 {
+		t.Fatalf("%v commands dead-lettered", n)
+	}
+	if n := inst.Metric(t, `orderly_pipeline_messages_total{outcome="retried",pipeline="processor"}`); n != 0 {
+		t.Fatalf("the processor retried a command whose key holds a forged record %v times: no retry can read it", n)
+	}
+
+	results, evs := readModels(t, js)
+	rep, err := projections.Rebuild(ctx, results, evs, results.TTL(), projections.RebuildOptions{MaxDifferences: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Stale != len(forged)+1 || rep.Removed != len(forged)+1 {
+		t.Fatalf("rebuild over the forged records: %+v", rep)
+	}
+	if resp := inst.PostOrder(t, "forged-0", body); resp.Status != http.StatusCreated {
+		t.Fatalf("the key after the rebuild: %d %s", resp.Status, resp.Body)
+	}
+	// The dead-lettered command is decided once replayed, under its own ID.
+	var dls []admin.DeadLetter
+	if err := admin.DeadLetters(ctx, js, func(d admin.DeadLetter) error { dls = append(dls, d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].OrderID != orderID || dls[0].Decision != "undecided" {
+		t.Fatalf("dead letters: %+v, want the one of %s, undecided", dls, orderID)
+	}
+	if res, err := admin.Replay(ctx, js, dls[0], admin.ReplayOptions{Wait: 20 * time.Second}); err != nil || res.Decision != "created" {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+	if resp := inst.PostOrder(t, "forged-cmd", body); resp.Status != http.StatusCreated || resp.JSON(t)["id"] != orderID {
+		t.Fatalf("the replayed order's key: %d %s, want %s", resp.Status, resp.Body, orderID)
 	}
 }
