@@ -12,22 +12,14 @@
 # --nats-process child or --order-ids nonce are passed on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/serve.sh
+. scripts/serve.sh "$@"
 ORDERS=${1:-300000}; shift $(( $# < 1 ? $# : 1 ))
 HTTP=127.0.0.1:18570
 
-work=$(mktemp -d)
-go build -o "$work/orderly" ./cmd/orderly
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 "$work/orderly" serve --data-dir "$work/data" --http-addr "$HTTP" --nats-listen "" --log-level debug "$@" >"$work/serve.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do curl -fs "http://$HTTP/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+wait_ready "$HTTP"
 rss() {
   local kib=0
   for p in $pid $(pgrep -P "$pid" || true); do kib=$(( kib + $(awk '/^VmRSS/{print $2}' "/proc/$p/status") )); done

@@ -23,21 +23,12 @@
 # wrk's rate and p99 of each load instead of the windows: the runs behind
 # the replay p99 of the README.
 set -euo pipefail
-case "${1:-}" in -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/serve.sh
+. scripts/serve.sh "$@"
 LOAD=${1:-10}; shift $(( $# < 1 ? $# : 1 ))
 HTTP=127.0.0.1:18571
 ORDER='{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495},{"sku":"SKU-2","quantity":1,"unit_price":999},{"sku":"SKU-3","quantity":3,"unit_price":150}],"total":6439}'
-
-work=$(mktemp -d)
-go build -o "$work/orderly" ./cmd/orderly
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
 # wrk's load: KEY, when set, in every request (replays), else a fresh key
 # each; PREFER, when set, as the Prefer header.
@@ -63,7 +54,7 @@ wrkload() { echo "$1: $(env "${@:3}" wrk -t2 -c64 -d"$2"s -s "$work/load.lua" "h
 launched=$(date +%s.%N)
 GODEBUG=gctrace=1 "$work/orderly" serve --data-dir "$work/data" --http-addr "$HTTP" --nats-listen "" "$@" >"$work/serve.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do curl -fs "http://$HTTP/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+wait_ready "$HTTP"
 if [ -n "${WRK:-}" ]; then
   if [ "$LOAD" != 0 ]; then wrkload "sync (201)" "$LOAD"; wrkload "async (202)" "$LOAD" PREFER=respond-async; fi
   for _ in $(seq 120); do # the replayed order decided first: the replays measure no backlog
