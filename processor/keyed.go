@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -73,6 +74,10 @@ func (h *Handler) giveUpKeyed(ctx context.Context, w keyedWork, cause error) err
 	errs := make([]error, 1)
 	w.i = 0
 	if len(h.heldElsewhere(ctx, []keyedWork{w}, errs)) == 0 {
+		if errors.Is(errs[0], idempotency.ErrBadRecord) {
+			h.leftUndecided(ctx, w.orderID, errs[0])
+			return nil
+		}
 		return errs[0] // lost, or its record could not be read
 	}
 	stored, err := h.deps.Events.Append(ctx, w.dec.Kind, w.orderID, w.dec.Event)
@@ -107,6 +112,9 @@ func (h *Handler) heldElsewhere(ctx context.Context, ws []keyedWork, errs []erro
 		wg.Go(func() {
 			rec, ok, err := h.deps.Claims.Get(w.ctx, w.cmd.KeyHash)
 			switch {
+			case errors.Is(err, idempotency.ErrBadRecord):
+				// As for a claim of the nonce form: no retry reads it.
+				errs[w.i] = Permanent(fmt.Errorf("read the record of the key of %s: %w", w.orderID, err))
 			case err != nil:
 				errs[w.i] = fmt.Errorf("read the record of the key of %s: %w", w.orderID, err)
 			case ok && rec.OrderID != w.orderID:

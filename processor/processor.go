@@ -520,10 +520,7 @@ func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
 	}
 	holder, won, err := h.deps.Claims.Claim(ctx, cmd.KeyHash, dec.Record)
 	if errors.Is(err, idempotency.ErrBadRecord) {
-		// Nothing can be stored for the key until its record is mended
-		// (orderly projections rebuild removes it); the dead letter keeps the
-		// command for orderly dlq replay.
-		h.logger.ErrorContext(ctx, "order left undecided: its key holds a record that cannot be decoded", "order_id", orderID, "err", err)
+		h.leftUndecided(ctx, orderID, err)
 		return nil
 	}
 	if err != nil {
@@ -547,6 +544,14 @@ func (h *Handler) GiveUp(ctx context.Context, d Delivery, cause error) error {
 	}
 	h.logger.ErrorContext(ctx, "order rejected as processing_failed", "order_id", orderID, "cause", cause)
 	return nil
+}
+
+// leftUndecided logs a command given up because its key holds a record that
+// cannot be decoded: nothing can be stored for the key until the record is
+// mended (orderly projections rebuild removes it); the dead letter keeps the
+// command for orderly dlq replay.
+func (h *Handler) leftUndecided(ctx context.Context, orderID string, err error) {
+	h.logger.ErrorContext(ctx, "order left undecided: its key holds a record that cannot be decoded", "order_id", orderID, "err", err)
 }
 
 // decodeCommand decodes and checks a delivered command and computes its order ID.

@@ -32,5 +32,9 @@ func (o *Orders) Decided(ctx context.Context, orderID string) (order idempotency
 	if err != nil {
 		return idempotency.Order{}, nil, false, fmt.Errorf("order %s: %w", orderID, err)
 	}
+	if p.OrderID != orderID {
+		// Stored under this order's subject by someone else than orderly.
+		return idempotency.Order{}, nil, false, fmt.Errorf("order %s: its event is of order %q", orderID, p.OrderID)
+	}
 	return p.Order, data, true, nil
 }

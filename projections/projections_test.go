@@ -23,14 +23,17 @@ import (
 // key is the events' key hash.
 var key = idempotency.KeyHash("t", "k")
 
+// id1 and id2 are the events' order IDs.
+var id1, id2 = events.OrderID(1, "ABCDEFGHJKMNP"), events.OrderID(2, "ABCDEFGHJKMNP")
+
 func event[T any](typ string, k events.Kind, id string, at time.Time, d T) []byte {
 	b, _ := json.Marshal(events.NewEvent(typ, k, id, at, d))
 	return b
 }
 
 func created(at time.Time) []byte {
-	return event(events.OrderCreatedType, events.KindCreated, "ord_1", at, events.OrderCreated{
-		OrderID: "ord_1", Tenant: "t", CustomerID: "c", Currency: "EUR",
+	return event(events.OrderCreatedType, events.KindCreated, id1, at, events.OrderCreated{
+		OrderID: id1, Tenant: "t", CustomerID: "c", Currency: "EUR",
 		Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 5}}, Total: 5,
 		IdempotencyKeyHash: key, RequestFingerprint: "fp", AcceptedAt: at.Add(-time.Second), CreatedAt: at,
 	})
@@ -73,8 +76,8 @@ func TestProjectRejected(t *testing.T) {
 		{events.ReasonDuplicate, false, 0},
 		{events.ReasonKeyReused, false, 0},
 	} {
-		p, err := Project(event(events.OrderRejectedType, events.KindRejected, "ord_2", time.Unix(1700000000, 0), events.OrderRejected{
-			OrderID: "ord_2", Tenant: "t", Reason: tc.reason, Detail: "d", IdempotencyKeyHash: key, RequestFingerprint: "fp",
+		p, err := Project(event(events.OrderRejectedType, events.KindRejected, id2, time.Unix(1700000000, 0), events.OrderRejected{
+			OrderID: id2, Tenant: "t", Reason: tc.reason, Detail: "d", IdempotencyKeyHash: key, RequestFingerprint: "fp",
 		}))
 		if err != nil {
 			t.Fatal(err)
@@ -91,6 +94,40 @@ func TestProjectRejected(t *testing.T) {
 	}
 	if _, err := Project([]byte(`{"type":"orderly.order.shipped.v1"}`)); !errors.Is(err, ErrUnknownType) {
 		t.Fatalf("unknown type: %v", err)
+	}
+}
+
+// TestProjectRefusesWhatOrderlyNeverWrites: an event's order_id and
+// duplicate_of go into the Location and body of its key's answer; an event
+// whose IDs have neither form of order ID was not written by orderly.
+func TestProjectRefusesWhatOrderlyNeverWrites(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1700000000, 0)
+	for _, id := range []string{"../../admin", "", "ord_>", id1 + "\r\nSet-Cookie: a=b"} {
+		ev := event(events.OrderCreatedType, events.KindCreated, id1, at, events.OrderCreated{
+			OrderID: id, Tenant: "t", CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 5}}, Total: 5,
+			IdempotencyKeyHash: key, RequestFingerprint: "fp", AcceptedAt: at, CreatedAt: at})
+		if p, err := Project(ev); !errors.Is(err, ErrNoOrderID) {
+			t.Errorf("created, order_id %q: %+v %v", id, p, err)
+		}
+		ev = event(events.OrderRejectedType, events.KindRejected, id2, at, events.OrderRejected{
+			OrderID: id, Tenant: "t", Reason: events.ReasonTotalMismatch, IdempotencyKeyHash: key, RequestFingerprint: "fp"})
+		if p, err := Project(ev); !errors.Is(err, ErrNoOrderID) {
+			t.Errorf("rejected, order_id %q: %+v %v", id, p, err)
+		}
+		if id == "" {
+			continue // no duplicate_of: a rejection of the order's own
+		}
+		ev = event(events.OrderRejectedType, events.KindRejected, id2, at, events.OrderRejected{
+			OrderID: id2, Tenant: "t", Reason: events.ReasonDuplicate, DuplicateOf: id, IdempotencyKeyHash: key, RequestFingerprint: "fp"})
+		if p, err := Project(ev); !errors.Is(err, ErrNoOrderID) {
+			t.Errorf("rejected, duplicate_of %q: %+v %v", id, p, err)
+		}
+	}
+	ev := event(events.OrderRejectedType, events.KindRejected, id2, at, events.OrderRejected{
+		OrderID: id2, Tenant: "t", Reason: events.ReasonDuplicate, DuplicateOf: id1, IdempotencyKeyHash: key, RequestFingerprint: "fp"})
+	if _, err := Project(ev); err != nil {
+		t.Fatalf("a duplicate of a well-formed order: %v", err)
 	}
 }
 
@@ -171,8 +208,8 @@ func TestProjectRefusesWhatIsNotAKeyHash(t *testing.T) {
 		if _, err := Project(hostileKey(time.Now(), k)); !errors.Is(err, ErrNoKeyHash) {
 			t.Fatalf("created with key hash %q: %v", k, err)
 		}
-		rejected := event(events.OrderRejectedType, events.KindRejected, "ord_2", time.Now(), events.OrderRejected{
-			OrderID: "ord_2", Tenant: "t", Reason: events.ReasonTotalMismatch, IdempotencyKeyHash: k, RequestFingerprint: "fp"})
+		rejected := event(events.OrderRejectedType, events.KindRejected, id2, time.Now(), events.OrderRejected{
+			OrderID: id2, Tenant: "t", Reason: events.ReasonTotalMismatch, IdempotencyKeyHash: k, RequestFingerprint: "fp"})
 		if _, err := Project(rejected); !errors.Is(err, ErrNoKeyHash) {
 			t.Fatalf("rejected with key hash %q: %v", k, err)
 		}
@@ -227,8 +264,8 @@ func TestProjectionOwnsItsBytes(t *testing.T) {
 	for name, ev := range map[string][]byte{
 		"created": created(at),
 		"keyed":   keyedCreated(at),
-		"rejected": event(events.OrderRejectedType, events.KindRejected, "ord_2", at, events.OrderRejected{
-			OrderID: "ord_2", Tenant: "t", Reason: events.ReasonTotalMismatch, Detail: "d", IdempotencyKeyHash: key, RequestFingerprint: "fp",
+		"rejected": event(events.OrderRejectedType, events.KindRejected, id2, at, events.OrderRejected{
+			OrderID: id2, Tenant: "t", Reason: events.ReasonTotalMismatch, Detail: "d", IdempotencyKeyHash: key, RequestFingerprint: "fp",
 		}),
 	} {
 		want, err := Project(bytes.Clone(ev))

@@ -58,6 +58,12 @@ var ErrUnknownType = errors.New("unknown event type")
 // such an event was not written by orderly.
 var ErrNoKeyHash = errors.New("idempotency_key_hash is not a key hash")
 
+// ErrNoOrderID is returned by Project for an event whose order_id (or
+// duplicate_of) is not an order ID of either form: it goes into the
+// Location of the key's answer, so such an event was not written by
+// orderly either.
+var ErrNoOrderID = errors.New("not an order ID")
+
 // Project computes the read-model records of an event. It is a pure function
 // of the event, so projecting an event twice, or again in a rebuild, writes
 // the same bytes.
@@ -68,8 +74,15 @@ func Project(data []byte) (Projection, error) {
 	if err != nil {
 		return Projection{}, fmt.Errorf("decode event: %w", err)
 	}
-	if (ev.Type == events.OrderCreatedType || ev.Type == events.OrderRejectedType) && !idempotency.ValidKeyHash(ev.Data.IdempotencyKeyHash) {
-		return Projection{}, fmt.Errorf("event %q: %w: %q", ev.ID, ErrNoKeyHash, ev.Data.IdempotencyKeyHash)
+	if ev.Type == events.OrderCreatedType || ev.Type == events.OrderRejectedType {
+		switch d := ev.Data; {
+		case !idempotency.ValidKeyHash(d.IdempotencyKeyHash):
+			return Projection{}, fmt.Errorf("event %q: %w: %q", ev.ID, ErrNoKeyHash, d.IdempotencyKeyHash)
+		case !events.ValidOrderID(d.OrderID):
+			return Projection{}, fmt.Errorf("event %q: %w: order_id %q", ev.ID, ErrNoOrderID, d.OrderID)
+		case d.DuplicateOf != "" && !events.ValidOrderID(d.DuplicateOf):
+			return Projection{}, fmt.Errorf("event %q: %w: duplicate_of %q", ev.ID, ErrNoOrderID, d.DuplicateOf)
+		}
 	}
 	switch ev.Type {
 	case events.OrderCreatedType:

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/api"
@@ -253,11 +255,16 @@ func TestEventWithoutAKeyHashIsSkipped(t *testing.T) {
 	inst := orderlytest.Start(t, cfg)
 	js := inst.JetStream(t)
 	results, evs := readModels(t, js)
-	for i, bad := range []string{"a.>", ""} {
+	fp := idempotency.Fingerprint(decode(t, orderlytest.Order("c")))
+	for i, bad := range []struct{ keyHash, orderID string }{
+		{keyHash: "a.>"},
+		{keyHash: ""},
+		{keyHash: idempotency.KeyHash(api.DefaultTenant, "hostile-id"), orderID: "../../admin"},
+	} {
 		id := events.OrderID(uint64(1000+i), events.NewNonce())
 		data, err := json.Marshal(events.NewEvent(events.OrderCreatedType, events.KindCreated, id, time.Now(), events.OrderCreated{
-			OrderID: id, Tenant: api.DefaultTenant, CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 1}},
-			Total: 1, IdempotencyKeyHash: bad, RequestFingerprint: "fp", AcceptedAt: time.Now(), CreatedAt: time.Now()}))
+			OrderID: cmp.Or(bad.orderID, id), Tenant: api.DefaultTenant, CustomerID: "c", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 1}},
+			Total: 1, IdempotencyKeyHash: bad.keyHash, RequestFingerprint: fp, AcceptedAt: time.Now(), CreatedAt: time.Now()}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,8 +276,13 @@ func TestEventWithoutAKeyHashIsSkipped(t *testing.T) {
 		t.Fatalf("%d %s", r.Status, r.Body)
 	}
 	settled(t, js) // nothing left unacked
-	if n := inst.Metric(t, `orderly_events_skipped_total{reason="undecodable"}`); n != 2 {
-		t.Fatalf("%v events skipped as undecodable, want 2", n)
+	if n := inst.Metric(t, `orderly_events_skipped_total{reason="undecodable"}`); n != 3 {
+		t.Fatalf("%v events skipped as undecodable, want 3", n)
+	}
+	// The key of the event with a forged order ID holds nothing: a request
+	// of it makes an order of its own.
+	if r := inst.PostOrder(t, "hostile-id", orderlytest.Order("c")); r.Status != http.StatusCreated || strings.Contains(r.Header.Get("Location"), "admin") {
+		t.Fatalf("%d %v %s", r.Status, r.Header, r.Body)
 	}
 	if err := results.Snapshot(ctx, func(key string, _ []byte) {
 		if !idempotency.ValidKeyHash(key) {
@@ -283,8 +295,24 @@ func TestEventWithoutAKeyHashIsSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Equal() || rep.Unreadable != 2 || rep.Results != 1 || len(rep.Differences) != 2 || !strings.Contains(rep.Differences[0], "a.>") {
+	if !rep.Equal() || rep.Unreadable != 3 || rep.Results != 2 || len(rep.Differences) != 3 || !strings.Contains(rep.Differences[0], "a.>") || !strings.Contains(rep.Differences[2], "admin") {
 		t.Fatalf("rebuild over the hostile events: %+v", rep)
+	}
+
+	// An event stored under one order's subject that says it is another's:
+	// the first order's GET does not show the second.
+	x, y := events.OrderID(2000, events.NewNonce()), events.OrderID(2001, events.NewNonce())
+	data, err := json.Marshal(events.NewEvent(events.OrderCreatedType, events.KindCreated, y, time.Now(), events.OrderCreated{
+		OrderID: y, Tenant: api.DefaultTenant, CustomerID: "c-y", Currency: "EUR", Items: []events.Item{{SKU: "a", Quantity: 1, UnitPrice: 1}},
+		Total: 1, IdempotencyKeyHash: idempotency.KeyHash(api.DefaultTenant, "another"), RequestFingerprint: fp, AcceptedAt: time.Now(), CreatedAt: time.Now()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored, err := evs.Append(ctx, events.KindCreated, x, data); err != nil || !stored {
+		t.Fatalf("append: %v %v", stored, err)
+	}
+	if r := orderlytest.Do(t, http.MethodGet, inst.URL+idempotency.OrderPath(x), nil); r.Status != http.StatusInternalServerError || bytes.Contains(r.Body, []byte("c-y")) {
+		t.Fatalf("GET of the order whose subject holds another's event: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -296,11 +324,22 @@ func TestEventWithoutAKeyHashIsSkipped(t *testing.T) {
 // order ID outside the two forms went into the Location header.
 func TestForgedResultIsRefused(t *testing.T) {
 	t.Parallel()
+	// ORDER_RESULTS holds the answers of nonce orders; a deployment of keyed
+	// orders still reads it for the keys its nonce orders took before.
+	for _, form := range []string{jsstore.OrderIDsNonce, jsstore.OrderIDsKeyed} {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			forgedResultIsRefused(t, form)
+		})
+	}
+}
+
+func forgedResultIsRefused(t *testing.T, form string) {
 	ctx := context.Background()
 	cfg := orderlytest.Config(t)
 	cfg.Roles = server.Roles{API: true, Processor: true, Projector: true}
 	cfg.Topology.Projector = true
-	cfg.OrderIDs = jsstore.OrderIDsNonce // the form whose answers ORDER_RESULTS holds
+	cfg.OrderIDs = form
 	var log orderlytest.Buffer
 	inst := orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(&log, nil)))
 	js := inst.JetStream(t)
@@ -341,7 +380,7 @@ func TestForgedResultIsRefused(t *testing.T) {
 	if _, err := kv.Put(ctx, idempotency.KeyHash(api.DefaultTenant, "forged-cmd"), forged[0].Encode()); err != nil {
 		t.Fatal(err)
 	}
-	orderID := publishCommand(t, js, "forged-cmd", fp, body)
+	orderID := publishCommandOfForm(t, js, form, "forged-cmd", fp, body)
 	settled(t, js)
 	if n := orderlytest.Stored(t, js, events.DeadLetterStream); n != 1 {
 		t.Fatalf("%d dead letters, want the one command of a key with a forged record", n)
@@ -378,4 +417,30 @@ func TestForgedResultIsRefused(t *testing.T) {
 	if resp := inst.PostOrder(t, "forged-cmd", body); resp.Status != http.StatusCreated || resp.JSON(t)["id"] != orderID {
 		t.Fatalf("the replayed order's key: %d %s, want %s", resp.Status, resp.Body, orderID)
 	}
+}
+
+// publishCommandOfForm stores a CreateOrder for key whose order takes an ID
+// of form (jsstore.OrderIDsNonce or jsstore.OrderIDsKeyed), bypassing the
+// API as publishCommand does, and returns the order ID.
+func publishCommandOfForm(t *testing.T, js jetstream.JetStream, form, key, fingerprint string, body []byte) string {
+	t.Helper()
+	if form == jsstore.OrderIDsNonce {
+		return publishCommand(t, js, key, fingerprint, body)
+	}
+	cmd := events.CreateOrder{
+		Type: events.CreateOrderType, IDForm: events.IDFormKeyed, Tenant: api.DefaultTenant,
+		KeyHash: idempotency.KeyHash(api.DefaultTenant, key), Fingerprint: fingerprint,
+		AcceptedAt: time.Now(), Request: decode(t, body),
+	}
+	data, _ := json.Marshal(cmd)
+	ack, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: events.CommandSubject, Data: data,
+		Header: nats.Header{jetstream.MsgIDHeader: []string{cmd.KeyHash}}})
+	if err != nil || ack.Duplicate {
+		t.Fatalf("publish: %+v %v", ack, err)
+	}
+	id, ok := cmd.OrderIDAt(ack.Sequence)
+	if !ok {
+		t.Fatalf("the command at %d makes no order ID", ack.Sequence)
+	}
+	return id
 }
