@@ -228,7 +228,7 @@ func decodeChecked(body []byte) (events.OrderRequest, []problem.FieldError) {
 		return req, []problem.FieldError{*fe}
 	}
 	var fields map[string]json.RawMessage
-	if err := gojson.Unmarshal(body, &fields); err != nil {
+	if err := jsonr.Unmarshal(body, &fields); err != nil {
 		return req, []problem.FieldError{{Field: "", Reason: jsonReason(err, body)}}
 	}
 	if fields == nil { // the body was null
@@ -300,7 +300,7 @@ func (d *decoder) text(field string, raw json.RawMessage, maxLen int) string {
 		return ""
 	}
 	var s string
-	if err := gojson.Unmarshal(raw, &s); err != nil {
+	if err := jsonr.Unmarshal(raw, &s); err != nil {
 		if raw[0] == '"' {
 			d.fail(field, "must be a valid UTF-8 string")
 		} else {
@@ -378,7 +378,7 @@ func (d *decoder) items(raw json.RawMessage) []events.Item {
 		return nil
 	}
 	var list []map[string]json.RawMessage
-	if err := gojson.Unmarshal(raw, &list); err != nil {
+	if err := jsonr.Unmarshal(raw, &list); err != nil {
 		d.fail("items", "must be an array of objects")
 		return nil
 	}

@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	gojson "github.com/goccy/go-json"
-
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/jsonr"
 )
 
 // State is the state of a key's record.
@@ -120,7 +119,7 @@ func Decode(b []byte) (Record, error) {
 	if i < 0 {
 		return Record{}, fmt.Errorf("%w: no header line", ErrBadRecord)
 	}
-	if err := gojson.Unmarshal(b[:i], &r); err != nil {
+	if err := jsonr.Unmarshal(b[:i], &r); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrBadRecord, err)
 	}
 	if r.State != StatePending && r.State != StateCompleted {

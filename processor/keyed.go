@@ -7,10 +7,9 @@ import (
 	"sync"
 	"time"
 
-	gojson "github.com/goccy/go-json"
-
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/jsonr"
 )
 
 // Keyed orders (ADR 0010): the order's event is its idempotency key's claim.
@@ -177,7 +176,7 @@ func (h *Handler) expired(ev KeyEvent) bool {
 	var e struct {
 		Time time.Time `json:"time"`
 	}
-	if gojson.Unmarshal(ev.Data, &e) == nil && !e.Time.IsZero() {
+	if jsonr.Unmarshal(ev.Data, &e) == nil && !e.Time.IsZero() {
 		at = e.Time
 	}
 	return h.now().Sub(at) >= h.cfg.ResultTTL
@@ -227,7 +226,7 @@ func (h *Handler) keyedHolders(ctx context.Context, ws []work, errs []error) []w
 						RequestFingerprint string `json:"request_fingerprint"`
 					} `json:"data"`
 				}
-				_ = gojson.Unmarshal(ev.Data, &e)
+				_ = jsonr.Unmarshal(ev.Data, &e)
 				w.keyHolder = &idempotency.Record{OrderID: events.OrderIDOfSubject(ev.Subject), Fingerprint: e.Data.RequestFingerprint}
 			}
 		})

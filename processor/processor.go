@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderly-dev/orderly/events"
@@ -426,7 +425,7 @@ func (h *Handler) reconcile(ctx context.Context, cmd events.CreateOrder, orderID
 	var ev struct {
 		Time time.Time `json:"time"`
 	}
-	if err := gojson.Unmarshal(data, &ev); err != nil {
+	if err := jsonr.Unmarshal(data, &ev); err != nil {
 		return Permanent(fmt.Errorf("stored event of %s: %w", orderID, err))
 	}
 	for _, c := range append([]Decision{dec}, decisionsAt(cmd, orderID, ev.Time)...) {

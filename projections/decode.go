@@ -3,8 +3,6 @@ package projections
 import (
 	"strings"
 
-	gojson "github.com/goccy/go-json"
-
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsonr"
 )
@@ -22,7 +20,7 @@ func decodeEvent(data []byte) (events.Event[anyOrderEvent], error) {
 		return ev, nil
 	}
 	var ev events.Event[anyOrderEvent]
-	err := gojson.Unmarshal(data, &ev)
+	err := jsonr.Unmarshal(data, &ev)
 	return ev, err
 }
 

@@ -12,6 +12,7 @@ package jsonr
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -406,6 +407,21 @@ func DecodeCreateOrder(data []byte) (events.CreateOrder, error) {
 		return cmd, nil
 	}
 	var cmd events.CreateOrder
-	err := gojson.Unmarshal(data, &cmd)
+	err := Unmarshal(data, &cmd)
 	return cmd, err
+}
+
+// Unmarshal is go-json's Unmarshal for bytes from outside the process (a
+// request, a message on a stream), with a panic of go-json returned as an
+// error. go-json reads its input through unsafe pointers, and v0.10.5 read
+// past the end of some malformed input and panicked (found by
+// FuzzDecodeRecord; v0.12.0 reads it right): in the callback of a feed,
+// such a panic would stop the whole process.
+func Unmarshal(data []byte, v any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("json: malformed input (%v)", r)
+		}
+	}()
+	return gojson.Unmarshal(data, v)
 }

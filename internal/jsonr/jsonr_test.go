@@ -2,6 +2,7 @@ package jsonr_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,4 +134,26 @@ func FuzzCreateOrderFields(f *testing.F) {
 			t.Fatalf("left %s to go-json", data)
 		}
 	})
+}
+
+// panicky panics when it is decoded, as go-json v0.10.5 did on some
+// malformed input.
+type panicky struct{}
+
+func (*panicky) UnmarshalJSON([]byte) error { panic("read past the end") }
+
+func TestUnmarshalReturnsAPanicAsAnError(t *testing.T) {
+	t.Parallel()
+	var v struct {
+		P panicky `json:"p"`
+	}
+	if err := jsonr.Unmarshal([]byte(`{"p":1}`), &v); err == nil || !strings.Contains(err.Error(), "read past the end") {
+		t.Fatalf("Unmarshal: %v", err)
+	}
+	var w struct {
+		A int `json:"a"`
+	}
+	if err := jsonr.Unmarshal([]byte(`{"a":7}`), &w); err != nil || w.A != 7 {
+		t.Fatalf("Unmarshal: %+v %v", w, err)
+	}
 }

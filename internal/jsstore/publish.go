@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -46,7 +45,7 @@ func decodePubAck(data []byte) (pubAckReply, error) {
 		return ack, nil
 	}
 	var ack pubAckReply
-	err := gojson.Unmarshal(data, &ack)
+	err := jsonr.Unmarshal(data, &ack)
 	return ack, err
 }
 
