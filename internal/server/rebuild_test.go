@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/api"
@@ -380,7 +379,7 @@ func forgedResultIsRefused(t *testing.T, form string) {
 	if _, err := kv.Put(ctx, idempotency.KeyHash(api.DefaultTenant, "forged-cmd"), forged[0].Encode()); err != nil {
 		t.Fatal(err)
 	}
-	orderID := publishCommandOfForm(t, js, form, "forged-cmd", fp, body)
+	orderID := publishCommandAs(t, js, form, "forged-cmd", fp, body, idempotency.KeyHash(api.DefaultTenant, "forged-cmd"))
 	settled(t, js)
 	if n := orderlytest.Stored(t, js, events.DeadLetterStream); n != 1 {
 		t.Fatalf("%d dead letters, want the one command of a key with a forged record", n)
@@ -417,30 +416,4 @@ func forgedResultIsRefused(t *testing.T, form string) {
 	if resp := inst.PostOrder(t, "forged-cmd", body); resp.Status != http.StatusCreated || resp.JSON(t)["id"] != orderID {
 		t.Fatalf("the replayed order's key: %d %s, want %s", resp.Status, resp.Body, orderID)
 	}
-}
-
-// publishCommandOfForm stores a CreateOrder for key whose order takes an ID
-// of form (jsstore.OrderIDsNonce or jsstore.OrderIDsKeyed), bypassing the
-// API as publishCommand does, and returns the order ID.
-func publishCommandOfForm(t *testing.T, js jetstream.JetStream, form, key, fingerprint string, body []byte) string {
-	t.Helper()
-	if form == jsstore.OrderIDsNonce {
-		return publishCommand(t, js, key, fingerprint, body)
-	}
-	cmd := events.CreateOrder{
-		Type: events.CreateOrderType, IDForm: events.IDFormKeyed, Tenant: api.DefaultTenant,
-		KeyHash: idempotency.KeyHash(api.DefaultTenant, key), Fingerprint: fingerprint,
-		AcceptedAt: time.Now(), Request: decode(t, body),
-	}
-	data, _ := json.Marshal(cmd)
-	ack, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: events.CommandSubject, Data: data,
-		Header: nats.Header{jetstream.MsgIDHeader: []string{cmd.KeyHash}}})
-	if err != nil || ack.Duplicate {
-		t.Fatalf("publish: %+v %v", ack, err)
-	}
-	id, ok := cmd.OrderIDAt(ack.Sequence)
-	if !ok {
-		t.Fatalf("the command at %d makes no order ID", ack.Sequence)
-	}
-	return id
 }

@@ -248,10 +248,22 @@ func publishCommand(t *testing.T, js jetstream.JetStream, key, fingerprint strin
 // (the API uses the key's hash).
 func publishCommandWithID(t *testing.T, js jetstream.JetStream, key, fingerprint string, body []byte, msgID string) string {
 	t.Helper()
+	return publishCommandAs(t, js, jsstore.OrderIDsNonce, key, fingerprint, body, msgID)
+}
+
+// publishCommandAs is publishCommandWithID for a command whose order takes
+// an ID of form (jsstore.OrderIDsNonce or jsstore.OrderIDsKeyed).
+func publishCommandAs(t *testing.T, js jetstream.JetStream, form, key, fingerprint string, body []byte, msgID string) string {
+	t.Helper()
 	cmd := events.CreateOrder{
-		Type: events.CreateOrderType, Nonce: events.NewNonce(), Tenant: api.DefaultTenant,
+		Type: events.CreateOrderType, Tenant: api.DefaultTenant,
 		KeyHash: idempotency.KeyHash(api.DefaultTenant, key), Fingerprint: fingerprint,
 		AcceptedAt: time.Now(), Request: decode(t, body),
+	}
+	if form == jsstore.OrderIDsKeyed {
+		cmd.IDForm = events.IDFormKeyed
+	} else {
+		cmd.Nonce = events.NewNonce()
 	}
 	data, _ := json.Marshal(cmd)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -264,7 +276,11 @@ func publishCommandWithID(t *testing.T, js jetstream.JetStream, key, fingerprint
 	if ack.Duplicate {
 		t.Fatal("the broker still counted the key as a duplicate: the window has not passed")
 	}
-	return events.OrderID(ack.Sequence, cmd.Nonce)
+	id, ok := cmd.OrderIDAt(ack.Sequence)
+	if !ok {
+		t.Fatalf("the command at %d makes no order ID", ack.Sequence)
+	}
+	return id
 }
 
 // TestOneKeyTwiceInOneBatch: the processor handles the commands that arrive
@@ -362,15 +378,7 @@ func TestKeyedOrders(t *testing.T) {
 	token, _ := events.KeyToken(hash)
 	body := orderlytest.Order("c-1")
 	publishKeyed := func(key, msgID string) string {
-		cmd := events.CreateOrder{Type: events.CreateOrderType, IDForm: events.IDFormKeyed, Tenant: api.DefaultTenant,
-			KeyHash: idempotency.KeyHash(api.DefaultTenant, key), Fingerprint: idempotency.Fingerprint(decode(t, body)), AcceptedAt: time.Now(), Request: decode(t, body)}
-		data, _ := json.Marshal(cmd)
-		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.CommandSubject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{msgID}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, _ := cmd.OrderIDAt(ack.Sequence)
-		return id
+		return publishCommandAs(t, js, jsstore.OrderIDsKeyed, key, idempotency.Fingerprint(decode(t, body)), body, msgID)
 	}
 
 	accepted := inst.PostOrder(t, key, body, "Prefer: respond-async")
