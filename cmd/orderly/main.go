@@ -54,7 +54,7 @@ type CLI struct {
 	Keys        KeysCmd        `cmd:"" help:"Inspect and free idempotency keys: get, evict."`
 	Tokens      TokensCmd      `cmd:"" help:"Manage the API's bearer tokens: add."`
 	Backup      BackupCmd      `cmd:"" help:"Back up orderly's streams and their consumers (JetStream snapshots, checked as they are taken) into a new directory; safe while orderly runs."`
-	Restore     RestoreCmd     `cmd:"" help:"Restore a backup into a NATS whose orderly streams are missing or empty (a fresh cluster, after orderly setup), with sequences, timestamps and consumer positions as they were; then restart orderly's processes."`
+	Restore     RestoreCmd     `cmd:"" help:"Restore a backup into a NATS whose orderly streams are missing or empty (a fresh cluster, after orderly setup), with sequences, timestamps and consumer positions as they were; then restart orderly's processes. The whole backup is read and checked before anything changes; a restore that stopped part way is finished by running it again."`
 	Check       CheckCmd       `cmd:"" help:"Run a fault-finding workload against an orderly and verify that nothing was lost or duplicated; exits 1 on any violation."`
 	Bench       BenchCmd       `cmd:"" help:"Load an orderly API over HTTP and report throughput, latency and how the machine's CPU was spent (busy, idle, stolen by a hypervisor); --baseline adds the ceiling and the raw JetStream rate. While it runs, stderr shows the rate and the p99 of the requests since the line before, so a tail that grows during a long run shows when."`
 	Version     VersionCmd     `cmd:"" help:"Print the version."`

@@ -592,6 +592,25 @@ func TestOperatorTools(t *testing.T) {
 			}
 		}
 	}
+
+	// A stream that is gone (deleted by hand, or a restore that stopped) is
+	// shown with the others, and status fails naming it; before, status
+	// printed only "stream not found".
+	if err := js.DeleteStream(context.Background(), events.DeadLetterStream); err != nil {
+		t.Fatal(err)
+	}
+	out, err = tool("status")
+	if err == nil || !regexp.MustCompile(`(?m)^ORDER_COMMANDS_DLQ +missing `).MatchString(out) || !regexp.MustCompile(`(?m)^ORDER_EVENTS +[1-9]`).MatchString(out) ||
+		!strings.Contains(out, "orderly: missing: ORDER_COMMANDS_DLQ (orderly setup creates a missing stream") {
+		t.Errorf("status without the dead-letter stream: %v\n%s", err, out)
+	}
+	if out, err := tool("status", "--json"); err == nil || !strings.Contains(out, `"stream": "ORDER_COMMANDS_DLQ",
+    "messages": 0,
+    "bytes": 0,
+    "replicas": 0,
+    "missing": true`) {
+		t.Errorf("status --json without the dead-letter stream: %v\n%s", err, out)
+	}
 }
 
 // TestTokensReloadOnSIGHUP: orderly serve re-reads --tokens-file on SIGHUP.

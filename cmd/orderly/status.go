@@ -38,6 +38,8 @@ type streamStatus struct {
 	// OrderIDs is the form of new orders' IDs stored with ORDER_COMMANDS
 	// (keyed or nonce: ADR 0010), on that stream's line.
 	OrderIDs string `json:"order_ids,omitempty"`
+	// Missing is set for a stream that does not exist.
+	Missing bool `json:"missing,omitempty"`
 }
 
 // Run prints the streams' state.
@@ -51,6 +53,11 @@ func (c *StatusCmd) Run(g *globals) error {
 	var out []streamStatus
 	for _, name := range []string{events.CommandStream, events.EventStream, events.DeadLetterStream, jsstore.ResultsStream} {
 		s, err := js.Stream(g.ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) && name != c.Leader {
+			// shown with the others; status then fails
+			out = append(out, streamStatus{Stream: name, Missing: true})
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}
@@ -92,7 +99,24 @@ func (c *StatusCmd) Run(g *globals) error {
 	if c.Leader != "" {
 		return fmt.Errorf("unknown stream %q", c.Leader)
 	}
-	if c.JSON {
+	var missing []string
+	for _, st := range out {
+		if st.Missing {
+			missing = append(missing, st.Stream)
+		}
+	}
+	if err := printStatus(out, c.JSON); err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing: %s (orderly setup creates a missing stream; orderly restore puts back a backup's)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// printStatus prints the streams' lines as a table, or as JSON.
+func printStatus(out []streamStatus, asJSON bool) error {
+	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
@@ -100,6 +124,10 @@ func (c *StatusCmd) Run(g *globals) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM\tMESSAGES\tBYTES\tREPLICAS\tLEADER\tNOT CURRENT\tCONSUMER\tPENDING\tIN FLIGHT\tREDELIVERED")
 	for _, st := range out {
+		if st.Missing {
+			fmt.Fprintf(tw, "%s\tmissing\t-\t-\t-\t-\t-\t-\t-\t-\n", st.Stream)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\n", st.Stream, humanize.Comma(int64(st.Messages)), humanize.IBytes(st.Bytes), st.Replicas, orNone(st.Leader),
 			orNone(strings.Join(append(st.Lagging, st.Offline...), ",")), orNone(st.Consumer), humanize.Comma(int64(st.Pending)), st.InFlight, st.Redeliver)
 	}

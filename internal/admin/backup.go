@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/jsm.go/api"
+	"github.com/nats-io/jsm.go/backup"
 	"github.com/nats-io/nats.go"
 
 	"github.com/orderly-dev/orderly/events"
@@ -47,9 +48,10 @@ type Progress func(stream string, done, total uint64)
 
 // Backup snapshots every stream of orderly, with its consumers, into dir
 // (one directory per stream, JetStream's own snapshot format, checked by the
-// server as it is taken) and writes the manifest last: a directory without a
-// manifest is not a backup. Taken while orderly runs, each stream is a
-// consistent snapshot of itself; the streams are taken one after the other.
+// server as it is taken and read back from the disk after) and writes the
+// manifest last: a directory without a manifest is not a backup. Taken while
+// orderly runs, each stream is a consistent snapshot of itself, which the
+// manifest counts; the streams are taken one after the other.
 func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (Manifest, error) {
 	if err := checkBackupDir(dir); err != nil {
 		return Manifest{}, err
@@ -64,18 +66,22 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (
 		if err != nil {
 			return m, fmt.Errorf("stream %s: %w", name, err)
 		}
-		st, err := s.State()
-		if err != nil {
-			return m, fmt.Errorf("stream %s: %w", name, err)
-		}
+		sdir := filepath.Join(dir, name)
 		report, stop := reporter(progress, name)
-		_, err = s.SnapshotToDirectory(ctx, filepath.Join(dir, name), jsm.SnapshotConsumers(), jsm.SnapshotHealthCheck(),
+		_, err = s.SnapshotToDirectory(ctx, sdir, jsm.SnapshotConsumers(), jsm.SnapshotHealthCheck(),
 			jsm.SnapshotNotify(func(p jsm.SnapshotProgress) { report(p.UncompressedBytesReceived(), p.BytesExpected()) }))
 		stop()
 		if err != nil {
 			return m, fmt.Errorf("back up %s: %w", name, err)
 		}
-		m.Streams = append(m.Streams, StreamManifest{Name: name, Messages: st.Msgs, Bytes: st.Bytes, FirstSeq: st.FirstSeq, LastSeq: st.LastSeq})
+		// The manifest counts what the snapshot holds, read back from the
+		// disk: a stream that took messages since its state was last read
+		// (orderly runs during a backup) is counted as it was snapshotted.
+		info, err := readBack(sdir, name, progress)
+		if err != nil {
+			return m, fmt.Errorf("the backup of %s does not read back: %w", name, err)
+		}
+		m.Streams = append(m.Streams, StreamManifest{Name: name, Messages: info.Messages, Bytes: info.Bytes, FirstSeq: firstSeq(info), LastSeq: lastSeq(info)})
 	}
 	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, ManifestFile), append(b, '\n'), 0o600); err != nil {
@@ -114,9 +120,12 @@ var ErrNotEmpty = errors.New("the stream exists and holds messages: restore only
 
 // Restore writes every stream of the backup in dir back, with its consumers,
 // sequences and timestamps as they were, so that order IDs, stored responses
-// and the consumers' positions are what they were. A stream that exists
-// empty (a fresh `orderly setup`) is replaced; one with messages is refused.
-// Restart orderly's processes afterwards.
+// and the consumers' positions are what they were. The whole backup is read
+// and checked first, and every stream looked at, before anything is
+// changed. A stream that exists empty (a fresh `orderly setup`) is replaced;
+// one that holds what the backup holds is kept, so a restore that stopped
+// part way is finished by running it again; one with other messages refuses
+// the restore. Restart orderly's processes afterwards.
 func Restore(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (Manifest, error) {
 	var m Manifest
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
@@ -129,28 +138,49 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, progress Progress) 
 	if err := m.check(); err != nil {
 		return m, fmt.Errorf("%s: %w", ManifestFile, err)
 	}
-	// Every snapshot must be there before the first empty stream is deleted,
-	// so that a backup missing one leaves the fresh setup as it was.
+	// Every snapshot is read through (its checksums, its entries up to the
+	// archive's end) and matched with the manifest before NATS is asked
+	// anything, so that a damaged or incomplete backup leaves the fresh
+	// setup as it was.
+	infos := make(map[string]*backup.InfoReport, len(m.Streams))
 	for _, sm := range m.Streams {
-		sdir := filepath.Join(dir, sm.Name)
-		_, err := jsm.SnapshotDataPath(sdir)
-		if err == nil {
-			_, err = os.Stat(filepath.Join(sdir, jsm.SnapshotMetaFile))
-		}
+		info, err := sm.readBack(dir, progress)
 		if err != nil {
-			return m, fmt.Errorf("not a complete backup: stream %s: %w", sm.Name, err)
+			return m, err
 		}
+		infos[sm.Name] = info
 	}
 	mgr, err := jsm.New(nc, jsm.WithTimeout(30*time.Second))
 	if err != nil {
 		return m, err
 	}
+	// What each stream holds now is looked at before any is deleted: one
+	// stream with other messages refuses the whole restore. A stream that
+	// holds what the backup holds was restored by an earlier run (one that
+	// stopped part way, or finished), and is kept.
+	var todo []StreamManifest
+	var empty []*jsm.Stream
 	for _, sm := range m.Streams {
-		if err := clearEmpty(mgr, sm.Name); err != nil {
-			return m, err
+		s, st, err := loadState(mgr, sm.Name)
+		switch {
+		case err != nil:
+			return m, fmt.Errorf("stream %s: %w", sm.Name, err)
+		case s == nil:
+		case st.Msgs == 0 && st.LastSeq == 0:
+			empty = append(empty, s)
+		case holds(st, infos[sm.Name]):
+			continue
+		default:
+			return m, fmt.Errorf("%s: %w", sm.Name, ErrNotEmpty)
+		}
+		todo = append(todo, sm)
+	}
+	for _, s := range empty {
+		if err := s.Delete(); err != nil {
+			return m, fmt.Errorf("stream %s: %w", s.Name(), err)
 		}
 	}
-	for _, sm := range m.Streams {
+	for _, sm := range todo {
 		var st *api.StreamState
 		for attempt := 1; ; attempt++ {
 			report, stop := reporter(progress, sm.Name)
@@ -202,25 +232,79 @@ func (m Manifest) check() error {
 	return nil
 }
 
-// clearEmpty deletes name if it exists without messages, and refuses if it
-// holds any.
-func clearEmpty(mgr *jsm.Manager, name string) error {
+// readBack reads the snapshot of sm in the backup in dir through, and
+// matches it with the manifest.
+func (sm StreamManifest) readBack(dir string, progress Progress) (*backup.InfoReport, error) {
+	sdir := filepath.Join(dir, sm.Name)
+	_, err := jsm.SnapshotDataPath(sdir)
+	if err == nil {
+		_, err = os.Stat(filepath.Join(sdir, jsm.SnapshotMetaFile))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("not a complete backup: stream %s: %w", sm.Name, err)
+	}
+	info, err := readBack(sdir, sm.Name, progress)
+	if err != nil {
+		return nil, fmt.Errorf("the backup of %s is damaged, nothing was restored: %w", sm.Name, err)
+	}
+	if info.Messages != sm.Messages || lastSeq(info) != sm.LastSeq {
+		return nil, fmt.Errorf("the manifest counts %d messages up to sequence %d in %s, its snapshot holds %d up to %d: nothing was restored",
+			sm.Messages, sm.LastSeq, sm.Name, info.Messages, lastSeq(info))
+	}
+	return info, nil
+}
+
+// readBack reads the snapshot of stream name in sdir through to its end
+// (jsm's backup.Info: the archive's checksums and the order of its entries),
+// reporting progress as "checking <name>", and refuses one of another
+// stream.
+func readBack(sdir, name string, progress Progress) (*backup.InfoReport, error) {
+	report, stop := reporter(progress, "checking "+name)
+	defer stop()
+	info, err := backup.Info(sdir, backup.ScanNotify(func(p backup.Progress) { report(p.BytesRead(), p.BytesTotal()) }))
+	if err != nil {
+		return nil, err
+	}
+	if info.Config.Name != name {
+		return nil, fmt.Errorf("it holds stream %q", info.Config.Name)
+	}
+	return info, nil
+}
+
+// firstSeq and lastSeq are the sequences a stream restored from the snapshot
+// starts and ends at: those of its state (a stream whose messages were
+// removed keeps its sequences), or of its messages if later.
+func firstSeq(info *backup.InfoReport) uint64 {
+	if info.Messages > 0 && (info.Declared.FirstSeq == 0 || info.FirstSeq < info.Declared.FirstSeq) {
+		return info.FirstSeq
+	}
+	return info.Declared.FirstSeq
+}
+
+func lastSeq(info *backup.InfoReport) uint64 { return max(info.Declared.LastSeq, info.LastSeq) }
+
+// holds reports whether a stream in state st holds the snapshot's messages:
+// the same count, sequences and time of the last message.
+func holds(st *api.StreamState, info *backup.InfoReport) bool {
+	return st.Msgs == info.Messages && st.LastSeq == lastSeq(info) &&
+		(info.Messages == 0 || st.FirstSeq == info.FirstSeq && st.LastTime.Equal(info.LastTime))
+}
+
+// loadState is the stream name and its state; nil when it does not exist.
+func loadState(mgr *jsm.Manager, name string) (*jsm.Stream, *api.StreamState, error) {
 	known, err := mgr.IsKnownStream(name)
 	if err != nil || !known {
-		return err
+		return nil, nil, err
 	}
 	s, err := mgr.LoadStream(name)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	st, err := s.State()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if st.Msgs > 0 || st.LastSeq > 0 {
-		return fmt.Errorf("%s: %w", name, ErrNotEmpty)
-	}
-	return s.Delete()
+	return s, &st, nil
 }
 
 // reporter passes jsm's progress notifications, which arrive from its own

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -80,9 +81,11 @@ func TestBackupRestoreDrill(t *testing.T) {
 	url2, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
 	orderlytest.Setup(t, url2, creds, 0) // a fresh setup: empty streams, which the restore replaces
 
-	// A copy that lacks one stream's metadata is refused before any stream
-	// is replaced; one whose manifest counts other messages than the
-	// snapshot holds fails its check after the restore (on a NATS of its own).
+	// A damaged copy is refused before any stream is replaced: one that
+	// lacks a stream's metadata, whose archive of ORDER_EVENTS has a byte
+	// changed or was cut short, or whose manifest counts other messages than
+	// the snapshot holds. Before, the restore replaced ORDER_COMMANDS, then
+	// failed on ORDER_EVENTS with the streams after it deleted.
 	damaged := func(change func(dir string)) string {
 		d := filepath.Join(t.TempDir(), "backup")
 		if err := os.CopyFS(d, os.DirFS(dir)); err != nil {
@@ -91,34 +94,78 @@ func TestBackupRestoreDrill(t *testing.T) {
 		change(d)
 		return d
 	}
-	noMeta := damaged(func(d string) {
-		if err := os.Remove(filepath.Join(d, "ORDER_EVENTS", jsm.SnapshotMetaFile)); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), noMeta, nil); err == nil || !strings.Contains(err.Error(), "not a complete backup: stream ORDER_EVENTS") {
-		t.Fatalf("a restore without a stream's metadata: %v", err)
-	}
-	miscounted := damaged(func(d string) {
-		b, err := os.ReadFile(filepath.Join(d, admin.ManifestFile))
+	events := func(d string) string {
+		p, err := jsm.SnapshotDataPath(filepath.Join(d, "ORDER_EVENTS"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b = []byte(strings.Replace(string(b), fmt.Sprintf(`"messages": %d`, m.Streams[0].Messages), fmt.Sprintf(`"messages": %d`, m.Streams[0].Messages+1), 1))
-		if err := os.WriteFile(filepath.Join(d, admin.ManifestFile), b, 0o600); err != nil {
+		return p
+	}
+	rewrite := func(path string, change func([]byte) []byte) {
+		b, err := os.ReadFile(path)
+		if err != nil {
 			t.Fatal(err)
 		}
-	})
-	url3, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
-	if _, err := admin.Restore(ctx, operatorConn(t, url3, creds), miscounted, nil); err == nil || !strings.Contains(err.Error(), "the backup had") {
-		t.Fatalf("a restore of other messages than the manifest counts: %v", err)
+		if err := os.WriteFile(path, change(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	for _, tc := range []struct {
+		name   string
+		change func(d string)
+		want   string
+	}{
+		{"without a stream's metadata", func(d string) {
+			if err := os.Remove(filepath.Join(d, "ORDER_EVENTS", jsm.SnapshotMetaFile)); err != nil {
+				t.Fatal(err)
+			}
+		}, "not a complete backup: stream ORDER_EVENTS"},
+		{"a byte of an archive changed", func(d string) {
+			rewrite(events(d), func(b []byte) []byte { b[len(b)/2] ^= 0xff; return b })
+		}, "the backup of ORDER_EVENTS is damaged"},
+		{"an archive cut short", func(d string) {
+			rewrite(events(d), func(b []byte) []byte { return b[:len(b)/2] })
+		}, "the backup of ORDER_EVENTS is damaged"},
+		{"a manifest that counts another number of messages", func(d string) {
+			rewrite(filepath.Join(d, admin.ManifestFile), func(b []byte) []byte {
+				return []byte(strings.Replace(string(b), fmt.Sprintf(`"messages": %d`, m.Streams[0].Messages), fmt.Sprintf(`"messages": %d`, m.Streams[0].Messages+1), 1))
+			})
+		}, "the manifest counts"},
+	} {
+		if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), damaged(tc.change), nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("a restore of a backup %s: %v, want %q", tc.name, err, tc.want)
+		}
+		assertStreams(t, operatorConn(t, url2, creds), func(name string, st *jetstream.StreamState) string {
+			if st == nil || st.Msgs != 0 || st.LastSeq != 0 {
+				return "the fresh setup's empty stream"
+			}
+			return ""
+		})
+	}
+
+	// A restore that stopped after its first stream (here: only that stream
+	// restored, as a stopped restore leaves it) is finished by running it
+	// again: a stream that holds what the backup holds counts as restored.
+	url3, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+	mgr, err := jsm.New(operatorConn(t, url3, creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := mgr.RestoreSnapshotFromDirectory(ctx, "ORDER_COMMANDS", filepath.Join(dir, "ORDER_COMMANDS")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Restore(ctx, operatorConn(t, url3, creds), dir, nil); err != nil {
+		t.Fatalf("a restore run again after it stopped: %v", err)
+	}
+	assertStreams(t, operatorConn(t, url3, creds), asInManifest(m))
+
 	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err == nil || !strings.Contains(err.Error(), "holds messages") {
-		t.Fatalf("a second restore over the restored streams: %v", err)
+	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err != nil {
+		t.Fatalf("the same restore again, over what it restored: %v", err)
 	}
+	assertStreams(t, operatorConn(t, url2, creds), asInManifest(m))
 	cfg2 := orderlytest.Config(t)
 	orderlytest.Attach(&cfg2, url2, creds, "serve")
 	again := orderlytest.Start(t, cfg2)
@@ -145,6 +192,145 @@ func TestBackupRestoreDrill(t *testing.T) {
 			t.Fatalf("the new order reuses the ID %s", fresh.Header.Get("Location"))
 		}
 	}
+	again.Stop(t)
+	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err == nil || !strings.Contains(err.Error(), "holds messages") {
+		t.Fatalf("a restore over streams that took orders since: %v", err)
+	}
+}
+
+// assertStreams fails unless want(name, state) is "" for each of orderly's
+// streams; state is nil for a stream that does not exist.
+func assertStreams(t *testing.T, nc *nats.Conn, want func(name string, st *jetstream.StreamState) string) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range admin.Streams {
+		var st *jetstream.StreamState
+		s, err := js.Stream(context.Background(), name)
+		switch {
+		case err == nil:
+			st = &s.CachedInfo().State
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			t.Fatal(err)
+		}
+		if w := want(name, st); w != "" {
+			t.Fatalf("stream %s: %+v, want %s", name, st, w)
+		}
+	}
+}
+
+// asInManifest wants each stream to hold what the manifest counts.
+func asInManifest(m admin.Manifest) func(string, *jetstream.StreamState) string {
+	return func(name string, st *jetstream.StreamState) string {
+		for _, sm := range m.Streams {
+			if sm.Name == name && st != nil && st.Msgs == sm.Messages && st.LastSeq == sm.LastSeq {
+				return ""
+			}
+		}
+		return "what the backup holds"
+	}
+}
+
+// setUpNATS starts a NATS with orderly's users and streams, and connects
+// to it as the operator.
+func setUpNATS(t *testing.T) (natsauth.Credentials, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	creds := orderlytest.NewCredentials(t)
+	url, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+	orderlytest.Setup(t, url, creds, 0)
+	nc := operatorConn(t, url, creds)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return creds, nc, js
+}
+
+// TestRestoreRefusesBeforeItDeletes: a restore into a NATS where a later
+// stream holds messages is refused before an earlier, empty stream is
+// deleted (before, the empty ORDER_COMMANDS was deleted and the restore then
+// refused at ORDER_COMMANDS_DLQ, leaving orderly without its command stream).
+func TestRestoreRefusesBeforeItDeletes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, nc, js := setUpNATS(t)
+	dir := filepath.Join(t.TempDir(), "backup")
+	m, err := admin.Backup(ctx, nc, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "orders.dlq.create", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Restore(ctx, nc, dir, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS_DLQ: the stream exists and holds messages") {
+		t.Fatalf("a restore over a dead letter: %v", err)
+	}
+	assertStreams(t, nc, func(name string, st *jetstream.StreamState) string {
+		switch {
+		case st == nil:
+			return "the stream left as it was"
+		case name == "ORDER_COMMANDS_DLQ" && st.Msgs != 1:
+			return "its dead letter"
+		}
+		return ""
+	})
+	if len(m.Streams) != len(admin.Streams) {
+		t.Fatalf("manifest %+v", m)
+	}
+}
+
+// TestBackupWhileOrdersArrive: a backup taken while commands arrive counts in
+// its manifest what its snapshots hold, so that it restores. Before, the
+// manifest was read before each snapshot was taken, and the restore of such
+// a backup failed its count ("the backup had N messages").
+func TestBackupWhileOrdersArrive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	creds, nc, js := setUpNATS(t)
+	stop := make(chan struct{})
+	published := make(chan int)
+	go func() {
+		n := 0
+		defer func() { published <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			f, err := js.PublishAsync("orders.commands.create", []byte(`{}`), jetstream.WithMsgID(fmt.Sprint("m-", n)))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			n++
+			if n%64 == 0 {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	orderlytest.Eventually(t, 10*time.Second, "commands arriving", func() bool {
+		s, err := js.Stream(ctx, "ORDER_COMMANDS")
+		return err == nil && s.CachedInfo().State.Msgs > 1000
+	})
+	dir := filepath.Join(t.TempDir(), "backup")
+	m, err := admin.Backup(ctx, nc, dir, nil)
+	close(stop)
+	if n := <-published; err != nil || n == 0 {
+		t.Fatalf("backup: %v (%d published)", err, n)
+	}
+	url2, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err != nil {
+		t.Fatalf("the restore of a backup taken while commands arrived: %v", err)
+	}
+	assertStreams(t, operatorConn(t, url2, creds), asInManifest(m))
 }
 
 // TestRestoreTakesOnlyOrderlysStreams: a restore deletes each stream its
