@@ -15,7 +15,9 @@ import (
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/jsm.go/backup"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
@@ -247,11 +249,76 @@ func (sm StreamManifest) readBack(dir string, progress Progress) (*backup.InfoRe
 	if err != nil {
 		return nil, fmt.Errorf("the backup of %s is damaged, nothing was restored: %w", sm.Name, err)
 	}
+	if err := checkRestorable(sdir, sm.Name, info); err != nil {
+		return nil, fmt.Errorf("the backup of %s is refused: %w; nothing was restored", sm.Name, err)
+	}
 	if info.Messages != sm.Messages || lastSeq(info) != sm.LastSeq {
 		return nil, fmt.Errorf("the manifest counts %d messages up to sequence %d in %s, its snapshot holds %d up to %d: nothing was restored",
 			sm.Messages, sm.LastSeq, sm.Name, info.Messages, lastSeq(info))
 	}
 	return info, nil
+}
+
+// subjects are the subjects of each of orderly's streams.
+var subjects = func() map[string][]string {
+	var t jsstore.Topology
+	m := map[string][]string{}
+	for _, c := range []jetstream.StreamConfig{t.CommandStreamConfig(), t.EventStreamConfig(), t.DeadLetterStreamConfig(), t.ResultsStreamConfig()} {
+		m[c.Name] = c.Subjects
+	}
+	return m
+}()
+
+// checkRestorable refuses a snapshot whose stream or consumers, restored as
+// they are, would send messages where orderly does not: a stream on other
+// subjects than orderly's, one that republishes its messages, copies other
+// streams or transforms subjects, or a consumer that pushes to a subject
+// (orderly's consumers, and the services', are pulled).
+func checkRestorable(sdir, name string, info *backup.InfoReport) error {
+	cfg := info.Config
+	switch {
+	case !slices.Equal(cfg.Subjects, subjects[name]):
+		return fmt.Errorf("its stream listens on %q, orderly's on %q", cfg.Subjects, subjects[name])
+	case cfg.RePublish != nil:
+		return fmt.Errorf("its stream republishes its messages to %q", cfg.RePublish.Destination)
+	case cfg.Mirror != nil || len(cfg.Sources) > 0:
+		return errors.New("its stream copies messages of other streams")
+	case cfg.SubjectTransform != nil:
+		return errors.New("its stream transforms subjects")
+	}
+	data, err := jsm.SnapshotDataPath(sdir)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(data)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	dec := backup.NewDecoder(f)
+	for {
+		item, err := dec.Next() // the consumers come before the messages
+		if err != nil {
+			return err
+		}
+		c, ok := item.(*backup.Consumer)
+		if !ok {
+			if _, state := item.(*backup.State); state {
+				continue
+			}
+			return nil
+		}
+		var st server.SnapshotConsumerState
+		if err := json.Unmarshal(c.Data, &st); err != nil {
+			return fmt.Errorf("its consumer %q cannot be read: %w", c.Name, err)
+		}
+		if st.ConsumerConfig == nil { // jsm's decoder refuses it already
+			return fmt.Errorf("its consumer %q has no configuration", c.Name)
+		}
+		if st.DeliverSubject != "" {
+			return fmt.Errorf("its consumer %q pushes messages to %q", c.Name, st.DeliverSubject)
+		}
+	}
 }
 
 // readBack reads the snapshot of stream name in sdir through to its end

@@ -1,7 +1,9 @@
 package admin_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	jsm "github.com/nats-io/jsm.go"
+	"github.com/nats-io/jsm.go/backup"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -131,6 +134,40 @@ func TestBackupRestoreDrill(t *testing.T) {
 				return []byte(strings.Replace(string(b), fmt.Sprintf(`"messages": %d`, m.Streams[0].Messages), fmt.Sprintf(`"messages": %d`, m.Streams[0].Messages+1), 1))
 			})
 		}, "the manifest counts"},
+		// A backup's stream configuration and consumers are restored as
+		// they are: one that would send orders where others can read them
+		// is refused.
+		{"whose stream listens on other subjects", func(d string) {
+			rewrite(filepath.Join(d, "ORDER_EVENTS", jsm.SnapshotMetaFile), editJSON(t, func(meta map[string]any) {
+				meta["config"].(map[string]any)["subjects"] = []string{"orders.>"}
+			}))
+		}, `the backup of ORDER_EVENTS is refused: its stream listens on ["orders.>"], orderly's on ["orders.events.>"]`},
+		{"whose stream republishes its messages", func(d string) {
+			rewrite(filepath.Join(d, "ORDER_EVENTS", jsm.SnapshotMetaFile), editJSON(t, func(meta map[string]any) {
+				meta["config"].(map[string]any)["republish"] = map[string]any{"src": ">", "dest": "leak.>"}
+			}))
+		}, `the backup of ORDER_EVENTS is refused: its stream republishes its messages to "leak.>"`},
+		{"whose stream copies another stream", func(d string) {
+			rewrite(filepath.Join(d, "ORDER_COMMANDS_DLQ", jsm.SnapshotMetaFile), editJSON(t, func(meta map[string]any) {
+				meta["config"].(map[string]any)["sources"] = []map[string]any{{"name": "BILLING"}}
+			}))
+		}, `the backup of ORDER_COMMANDS_DLQ is refused: its stream copies messages of other streams`},
+		{"whose consumer pushes its messages to a subject", func(d string) {
+			p, err := jsm.SnapshotDataPath(filepath.Join(d, "ORDER_COMMANDS"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			reencode(t, p, func(name string, data []byte) []byte {
+				if name != "processor" {
+					return data
+				}
+				return editJSON(t, func(c map[string]any) {
+					cfg := c["config"].(map[string]any)
+					cfg["deliver_subject"] = "leak.commands"
+					delete(cfg, "max_waiting") // a pull consumer's setting, refused for a push one
+				})(data)
+			})
+		}, `the backup of ORDER_COMMANDS is refused: its consumer "processor" pushes messages to "leak.commands"`},
 	} {
 		if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), damaged(tc.change), nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("a restore of a backup %s: %v, want %q", tc.name, err, tc.want)
@@ -195,6 +232,59 @@ func TestBackupRestoreDrill(t *testing.T) {
 	again.Stop(t)
 	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err == nil || !strings.Contains(err.Error(), "holds messages") {
 		t.Fatalf("a restore over streams that took orders since: %v", err)
+	}
+}
+
+// editJSON is a change of a JSON document by edit.
+func editJSON(t *testing.T, edit func(map[string]any)) func([]byte) []byte {
+	return func(b []byte) []byte {
+		var doc map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		edit(doc)
+		b, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+}
+
+// reencode writes the stream archive at path again (a valid archive), with
+// each consumer's state changed by change.
+func reencode(t *testing.T, path string, change func(name string, data []byte) []byte) {
+	t.Helper()
+	in, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	dec, enc := backup.NewDecoder(bytes.NewReader(in)), backup.NewEncoder(&out)
+	for done := false; !done; {
+		item, err := dec.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch it := item.(type) {
+		case *backup.State:
+			err = enc.WriteState(it.Ts, it.State)
+		case *backup.Consumer:
+			err = enc.WriteConsumer(it.Name, it.Ts, change(it.Name, it.Data))
+		case *backup.Message:
+			err = enc.WriteMessage(it)
+		case backup.End:
+			err, done = enc.WriteEnd(), true
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
