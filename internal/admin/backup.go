@@ -76,6 +76,9 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (
 		if err != nil {
 			return m, fmt.Errorf("back up %s: %w", name, err)
 		}
+		if err := ownerOnly(sdir); err != nil {
+			return m, fmt.Errorf("back up %s: %w", name, err)
+		}
 		// The manifest counts what the snapshot holds, read back from the
 		// disk: a stream that took messages since its state was last read
 		// (orderly runs during a backup) is counted as it was snapshotted.
@@ -90,6 +93,18 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (
 		return m, err
 	}
 	return m, nil
+}
+
+// ownerOnly makes the files of a stream's snapshot readable by their owner
+// only (jsm writes them with the umask's mode, 0644 mostly): they hold every
+// order in clear, and keep their modes where they are copied.
+func ownerOnly(sdir string) error {
+	for _, name := range []string{jsm.SnapshotDataFile, jsm.SnapshotLegacyDataFile, jsm.SnapshotMetaFile} {
+		if err := os.Chmod(filepath.Join(sdir, name), 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return os.Chmod(sdir, 0o700)
 }
 
 // checkBackupDir refuses a directory a backup must not be written into:

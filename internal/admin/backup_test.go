@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -70,7 +71,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 	})
 	inst.Stop(t)
 
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "backup") // made by the backup
 	var reported bool
 	m, err := admin.Backup(ctx, operatorConn(t, url, creds), dir, func(string, uint64, uint64) { reported = true })
 	if err != nil {
@@ -78,6 +79,24 @@ func TestBackupRestoreDrill(t *testing.T) {
 	}
 	if len(m.Streams) != 4 || !reported {
 		t.Fatalf("manifest %+v, progress %v", m, reported)
+	}
+	// The backup holds every order in clear: only its owner may read it,
+	// also where its files are copied with their modes (before, jsm wrote
+	// each snapshot's files with the umask's 0644).
+	if err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if want := fs.FileMode(0o600); d.IsDir() && fi.Mode().Perm() != 0o700 || !d.IsDir() && fi.Mode().Perm() != want {
+			t.Errorf("%s has mode %v", path, fi.Mode().Perm())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 
 	stop() // the NATS and its data are gone
