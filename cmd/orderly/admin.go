@@ -292,7 +292,16 @@ func (c *BackupCmd) Run(g *globals) error {
 // RestoreCmd is orderly restore.
 type RestoreCmd struct {
 	ToolNATS
-	Dir string `arg:"" type:"path" existingdir:"" help:"Directory of a backup made by orderly backup."`
+	Dir      string `arg:"" type:"path" existingdir:"" help:"Directory of a backup made by orderly backup."`
+	Replicas int    `name:"replicas" default:"0" help:"Replicas of each restored stream and its durable consumers. 0: those of the empty streams it replaces (as orderly setup made them), else 1 on a single server and the backup's on a cluster."`
+}
+
+// Validate refuses a replica count NATS does not take.
+func (c *RestoreCmd) Validate() error {
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return fmt.Errorf("--replicas must be 0 (as the streams it replaces) or 1 to 5, got %d", c.Replicas)
+	}
+	return nil
 }
 
 // Run restores.
@@ -303,7 +312,7 @@ func (c *RestoreCmd) Run(g *globals) error {
 	}
 	defer nc.Close()
 	bars := newStreamBars()
-	m, err := admin.Restore(g.ctx, nc, c.Dir, bars.update)
+	m, err := admin.Restore(g.ctx, nc, c.Dir, c.Replicas, bars.update)
 	bars.finish(err == nil)
 	if err != nil {
 		return err

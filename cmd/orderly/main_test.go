@@ -779,6 +779,9 @@ func TestNegativeValuesAreRefused(t *testing.T) {
 			t.Errorf("%q: %v\n%s", c.args, err, out)
 		}
 	}
+	if out, err := exec.Command(bin, "restore", "--replicas=-1", t.TempDir()).CombinedOutput(); err == nil || !strings.Contains(string(out), "--replicas must be 0") {
+		t.Errorf("restore --replicas=-1: %v\n%s", err, out)
+	}
 	cmd := exec.Command(bin, "setup", "--nats-url", "nats://127.0.0.1:1")
 	cmd.Env = append(os.Environ(), "ORDERLY_STARTUP_TIMEOUT=-2m")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "-2m is negative") || !strings.Contains(string(out), "ORDERLY_STARTUP_TIMEOUT") {

@@ -8,16 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/jsm.go"
-	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/jsm.go/backup"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
@@ -132,210 +128,6 @@ func checkBackupDir(dir string) error {
 	return nil
 }
 
-// ErrNotEmpty refuses to restore over a stream that holds messages.
-var ErrNotEmpty = errors.New("the stream exists and holds messages: restore only into a new NATS (or delete the stream first)")
-
-// Restore writes every stream of the backup in dir back, with its consumers,
-// sequences and timestamps as they were, so that order IDs, stored responses
-// and the consumers' positions are what they were. The whole backup is read
-// and checked first, and every stream looked at, before anything is
-// changed. A stream that exists empty (a fresh `orderly setup`) is replaced;
-// one that holds what the backup holds is kept, so a restore that stopped
-// part way is finished by running it again; one with other messages refuses
-// the restore. Restart orderly's processes afterwards.
-func Restore(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (Manifest, error) {
-	var m Manifest
-	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
-	if err != nil {
-		return m, fmt.Errorf("not a complete backup: %w", err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("%s: %w", ManifestFile, err)
-	}
-	if err := m.check(); err != nil {
-		return m, fmt.Errorf("%s: %w", ManifestFile, err)
-	}
-	// Every snapshot is read through (its checksums, its entries up to the
-	// archive's end) and matched with the manifest before NATS is asked
-	// anything, so that a damaged or incomplete backup leaves the fresh
-	// setup as it was.
-	infos := make(map[string]*backup.InfoReport, len(m.Streams))
-	for _, sm := range m.Streams {
-		info, err := sm.readBack(dir, progress)
-		if err != nil {
-			return m, err
-		}
-		infos[sm.Name] = info
-	}
-	mgr, err := jsm.New(nc, jsm.WithTimeout(30*time.Second))
-	if err != nil {
-		return m, err
-	}
-	// What each stream holds now is looked at before any is deleted: one
-	// stream with other messages refuses the whole restore. A stream that
-	// holds what the backup holds was restored by an earlier run (one that
-	// stopped part way, or finished), and is kept.
-	var todo []StreamManifest
-	var empty []*jsm.Stream
-	for _, sm := range m.Streams {
-		s, st, err := loadState(mgr, sm.Name)
-		switch {
-		case err != nil:
-			return m, fmt.Errorf("stream %s: %w", sm.Name, err)
-		case s == nil:
-		case st.Msgs == 0 && st.LastSeq == 0:
-			empty = append(empty, s)
-		case holds(st, infos[sm.Name]):
-			continue
-		default:
-			return m, fmt.Errorf("%s: %w", sm.Name, ErrNotEmpty)
-		}
-		todo = append(todo, sm)
-	}
-	for _, s := range empty {
-		if err := s.Delete(); err != nil {
-			return m, fmt.Errorf("stream %s: %w", s.Name(), err)
-		}
-	}
-	for _, sm := range todo {
-		var st *api.StreamState
-		for attempt := 1; ; attempt++ {
-			report, stop := reporter(progress, sm.Name)
-			_, st, err = mgr.RestoreSnapshotFromDirectory(ctx, sm.Name, filepath.Join(dir, sm.Name),
-				jsm.RestoreNotify(func(p jsm.RestoreProgress) { report(p.BytesSent(), uint64(p.ChunksToSend())*uint64(p.ChunkSize())) }))
-			stop()
-			// Deleting the last stream of an account makes nats-server remove
-			// the account's empty streams directory in a goroutine of its own;
-			// a stream created meanwhile can fail to make its directory, and
-			// nothing of it is created (docs/nats-facts.md, fact 15).
-			if err == nil || attempt == 5 || !strings.Contains(err.Error(), "could not create storage directory") {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return m, ctx.Err()
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-		if err != nil {
-			return m, fmt.Errorf("restore %s: %w", sm.Name, err)
-		}
-		if st.Msgs != sm.Messages || st.LastSeq != sm.LastSeq {
-			return m, fmt.Errorf("restore %s: %d messages up to %d, the backup had %d up to %d", sm.Name, st.Msgs, st.LastSeq, sm.Messages, sm.LastSeq)
-		}
-	}
-	return m, nil
-}
-
-// check refuses a manifest that names anything but orderly's streams, or one
-// of them twice: a restore deletes each stream it names that exists empty,
-// and reads its snapshot from the directory of that name, so a manifest
-// edited by hand or by an attacker must not reach another application's
-// streams or a path outside the backup.
-func (m Manifest) check() error {
-	if len(m.Streams) == 0 {
-		return errors.New("names no stream")
-	}
-	seen := map[string]bool{}
-	for _, sm := range m.Streams {
-		switch {
-		case !slices.Contains(Streams, sm.Name):
-			return fmt.Errorf("names stream %q, which is not orderly's (%s)", sm.Name, strings.Join(Streams, ", "))
-		case seen[sm.Name]:
-			return fmt.Errorf("names stream %s twice", sm.Name)
-		}
-		seen[sm.Name] = true
-	}
-	return nil
-}
-
-// readBack reads the snapshot of sm in the backup in dir through, and
-// matches it with the manifest.
-func (sm StreamManifest) readBack(dir string, progress Progress) (*backup.InfoReport, error) {
-	sdir := filepath.Join(dir, sm.Name)
-	_, err := jsm.SnapshotDataPath(sdir)
-	if err == nil {
-		_, err = os.Stat(filepath.Join(sdir, jsm.SnapshotMetaFile))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("not a complete backup: stream %s: %w", sm.Name, err)
-	}
-	info, err := readBack(sdir, sm.Name, progress)
-	if err != nil {
-		return nil, fmt.Errorf("the backup of %s is damaged, nothing was restored: %w", sm.Name, err)
-	}
-	if err := checkRestorable(sdir, sm.Name, info); err != nil {
-		return nil, fmt.Errorf("the backup of %s is refused: %w; nothing was restored", sm.Name, err)
-	}
-	if info.Messages != sm.Messages || lastSeq(info) != sm.LastSeq {
-		return nil, fmt.Errorf("the manifest counts %d messages up to sequence %d in %s, its snapshot holds %d up to %d: nothing was restored",
-			sm.Messages, sm.LastSeq, sm.Name, info.Messages, lastSeq(info))
-	}
-	return info, nil
-}
-
-// subjects are the subjects of each of orderly's streams.
-var subjects = func() map[string][]string {
-	var t jsstore.Topology
-	m := map[string][]string{}
-	for _, c := range []jetstream.StreamConfig{t.CommandStreamConfig(), t.EventStreamConfig(), t.DeadLetterStreamConfig(), t.ResultsStreamConfig()} {
-		m[c.Name] = c.Subjects
-	}
-	return m
-}()
-
-// checkRestorable refuses a snapshot whose stream or consumers, restored as
-// they are, would send messages where orderly does not: a stream on other
-// subjects than orderly's, one that republishes its messages, copies other
-// streams or transforms subjects, or a consumer that pushes to a subject
-// (orderly's consumers, and the services', are pulled).
-func checkRestorable(sdir, name string, info *backup.InfoReport) error {
-	cfg := info.Config
-	switch {
-	case !slices.Equal(cfg.Subjects, subjects[name]):
-		return fmt.Errorf("its stream listens on %q, orderly's on %q", cfg.Subjects, subjects[name])
-	case cfg.RePublish != nil:
-		return fmt.Errorf("its stream republishes its messages to %q", cfg.RePublish.Destination)
-	case cfg.Mirror != nil || len(cfg.Sources) > 0:
-		return errors.New("its stream copies messages of other streams")
-	case cfg.SubjectTransform != nil:
-		return errors.New("its stream transforms subjects")
-	}
-	data, err := jsm.SnapshotDataPath(sdir)
-	if err != nil {
-		return err
-	}
-	f, err := os.Open(data)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	dec := backup.NewDecoder(f)
-	for {
-		item, err := dec.Next() // the consumers come before the messages
-		if err != nil {
-			return err
-		}
-		c, ok := item.(*backup.Consumer)
-		if !ok {
-			if _, state := item.(*backup.State); state {
-				continue
-			}
-			return nil
-		}
-		var st server.SnapshotConsumerState
-		if err := json.Unmarshal(c.Data, &st); err != nil {
-			return fmt.Errorf("its consumer %q cannot be read: %w", c.Name, err)
-		}
-		if st.ConsumerConfig == nil { // jsm's decoder refuses it already
-			return fmt.Errorf("its consumer %q has no configuration", c.Name)
-		}
-		if st.DeliverSubject != "" {
-			return fmt.Errorf("its consumer %q pushes messages to %q", c.Name, st.DeliverSubject)
-		}
-	}
-}
-
 // readBack reads the snapshot of stream name in sdir through to its end
 // (jsm's backup.Info: the archive's checksums and the order of its entries),
 // reporting progress as "checking <name>", and refuses one of another
@@ -364,30 +156,6 @@ func firstSeq(info *backup.InfoReport) uint64 {
 }
 
 func lastSeq(info *backup.InfoReport) uint64 { return max(info.Declared.LastSeq, info.LastSeq) }
-
-// holds reports whether a stream in state st holds the snapshot's messages:
-// the same count, sequences and time of the last message.
-func holds(st *api.StreamState, info *backup.InfoReport) bool {
-	return st.Msgs == info.Messages && st.LastSeq == lastSeq(info) &&
-		(info.Messages == 0 || st.FirstSeq == info.FirstSeq && st.LastTime.Equal(info.LastTime))
-}
-
-// loadState is the stream name and its state; nil when it does not exist.
-func loadState(mgr *jsm.Manager, name string) (*jsm.Stream, *api.StreamState, error) {
-	known, err := mgr.IsKnownStream(name)
-	if err != nil || !known {
-		return nil, nil, err
-	}
-	s, err := mgr.LoadStream(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	st, err := s.State()
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, &st, nil
-}
 
 // reporter passes jsm's progress notifications, which arrive from its own
 // goroutines, to progress one at a time, and none after stop.

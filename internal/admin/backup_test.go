@@ -188,7 +188,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 			})
 		}, `the backup of ORDER_COMMANDS is refused: its consumer "processor" pushes messages to "leak.commands"`},
 	} {
-		if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), damaged(tc.change), nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), damaged(tc.change), 0, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("a restore of a backup %s: %v, want %q", tc.name, err, tc.want)
 		}
 		assertStreams(t, operatorConn(t, url2, creds), func(name string, st *jetstream.StreamState) string {
@@ -210,15 +210,15 @@ func TestBackupRestoreDrill(t *testing.T) {
 	if _, _, err := mgr.RestoreSnapshotFromDirectory(ctx, "ORDER_COMMANDS", filepath.Join(dir, "ORDER_COMMANDS")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Restore(ctx, operatorConn(t, url3, creds), dir, nil); err != nil {
+	if _, err := admin.Restore(ctx, operatorConn(t, url3, creds), dir, 0, nil); err != nil {
 		t.Fatalf("a restore run again after it stopped: %v", err)
 	}
 	assertStreams(t, operatorConn(t, url3, creds), asInManifest(m))
 
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err != nil {
+	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err != nil {
+	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
 		t.Fatalf("the same restore again, over what it restored: %v", err)
 	}
 	assertStreams(t, operatorConn(t, url2, creds), asInManifest(m))
@@ -249,7 +249,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 		}
 	}
 	again.Stop(t)
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err == nil || !strings.Contains(err.Error(), "holds messages") {
+	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err == nil || !strings.Contains(err.Error(), "holds messages") {
 		t.Fatalf("a restore over streams that took orders since: %v", err)
 	}
 }
@@ -274,32 +274,8 @@ func editJSON(t *testing.T, edit func(map[string]any)) func([]byte) []byte {
 // each consumer's state changed by change.
 func reencode(t *testing.T, path string, change func(name string, data []byte) []byte) {
 	t.Helper()
-	in, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out bytes.Buffer
-	dec, enc := backup.NewDecoder(bytes.NewReader(in)), backup.NewEncoder(&out)
-	for done := false; !done; {
-		item, err := dec.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch it := item.(type) {
-		case *backup.State:
-			err = enc.WriteState(it.Ts, it.State)
-		case *backup.Consumer:
-			err = enc.WriteConsumer(it.Name, it.Ts, change(it.Name, it.Data))
-		case *backup.Message:
-			err = enc.WriteMessage(it)
-		case backup.End:
-			err, done = enc.WriteEnd(), true
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := enc.Close(); err != nil {
+	if err := admin.Rewrite(path, &out, func(c *backup.Consumer) ([]byte, error) { return change(c.Name, c.Data), nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
@@ -373,7 +349,7 @@ func TestRestoreRefusesBeforeItDeletes(t *testing.T) {
 	if _, err := js.Publish(ctx, "orders.dlq.create", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Restore(ctx, nc, dir, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS_DLQ: the stream exists and holds messages") {
+	if _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS_DLQ: the stream exists and holds messages") {
 		t.Fatalf("a restore over a dead letter: %v", err)
 	}
 	assertStreams(t, nc, func(name string, st *jetstream.StreamState) string {
@@ -436,7 +412,7 @@ func TestBackupWhileOrdersArrive(t *testing.T) {
 		t.Fatalf("backup: %v (%d published)", err, n)
 	}
 	url2, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, nil); err != nil {
+	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
 		t.Fatalf("the restore of a backup taken while commands arrived: %v", err)
 	}
 	assertStreams(t, operatorConn(t, url2, creds), asInManifest(m))
@@ -469,7 +445,7 @@ func TestRestoreTakesOnlyOrderlysStreams(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, admin.ManifestFile), []byte(manifest), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.Restore(ctx, nc, dir, nil); err == nil || !strings.Contains(err.Error(), admin.ManifestFile) {
+		if _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), admin.ManifestFile) {
 			t.Errorf("%s: restore answered %v, want the manifest refused", name, err)
 		}
 	}
@@ -484,7 +460,7 @@ func TestRestoreTakesOnlyOrderlysStreams(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, admin.ManifestFile), []byte(`{"streams":[{"name":"ORDER_COMMANDS"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Restore(ctx, nc, dir, nil); err == nil || !strings.Contains(err.Error(), "not a complete backup") {
+	if _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), "not a complete backup") {
 		t.Fatalf("a backup without its snapshot: %v", err)
 	}
 	if _, err := js.Stream(ctx, "ORDER_COMMANDS"); err != nil {
@@ -525,4 +501,92 @@ func TestBackupRefusesADirectoryWithOtherFiles(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+// TestRestoreAcrossReplicas: a cluster's backup (R3) restores into a single
+// server, and a single server's (R1) into a cluster set up with
+// --replicas 3, each at the replicas of the streams it replaces, with the
+// processors' consumer and its position. Before, the first deleted the
+// setup's streams and then failed ("replicas > 1 not supported in
+// non-clustered mode"), and the second restored R1 streams into the cluster.
+func TestRestoreAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	creds := orderlytest.NewCredentials(t)
+	ports := orderlytest.ClusterPorts(t, 3)
+	orderlytest.StartClusterWith(t, ports, creds)
+	orderlytest.Setup(t, ports.URLs(), creds, 3)
+	nc := operatorConn(t, ports.URLs(), creds)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := js.Publish(ctx, "orders.commands.create", []byte(`{}`), jetstream.WithMsgID(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The processors' consumer has taken 4 of them.
+	cons, err := js.Consumer(ctx, "ORDER_COMMANDS", "processor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for msg := range batch.Messages() {
+		if err := msg.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromCluster := filepath.Join(t.TempDir(), "r3")
+	if _, err := admin.Backup(ctx, nc, fromCluster, nil); err != nil {
+		t.Fatal(err)
+	}
+	restoredAt := func(nc *nats.Conn, replicas int) {
+		t.Helper()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range admin.Streams {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := s.CachedInfo().Config.Replicas; r != replicas {
+				t.Errorf("%s restored with %d replicas, want %d", name, r, replicas)
+			}
+		}
+		c, err := js.Consumer(ctx, "ORDER_COMMANDS", "processor")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci := c.CachedInfo(); ci.Config.Replicas != replicas || ci.NumPending != 6 || ci.AckFloor.Stream != 4 {
+			t.Errorf("the processors' consumer restored with %d replicas, %d pending, acked up to %d; want %d, 6, 4", ci.Config.Replicas, ci.NumPending, ci.AckFloor.Stream, replicas)
+		}
+	}
+
+	single, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+	if _, err := admin.Restore(ctx, operatorConn(t, single, creds), fromCluster, 3, nil); err == nil || !strings.Contains(err.Error(), "3 replicas need a NATS cluster") {
+		t.Fatalf("a restore with --replicas 3 into a single server: %v", err)
+	}
+	orderlytest.Setup(t, single, creds, 0)
+	if _, err := admin.Restore(ctx, operatorConn(t, single, creds), fromCluster, 0, nil); err != nil {
+		t.Fatalf("a cluster's backup into a single server: %v", err)
+	}
+	restoredAt(operatorConn(t, single, creds), 1)
+
+	fromSingle := filepath.Join(t.TempDir(), "r1")
+	if _, err := admin.Backup(ctx, operatorConn(t, single, creds), fromSingle, nil); err != nil {
+		t.Fatal(err)
+	}
+	ports2 := orderlytest.ClusterPorts(t, 3)
+	orderlytest.StartClusterWith(t, ports2, creds)
+	orderlytest.Setup(t, ports2.URLs(), creds, 3)
+	if _, err := admin.Restore(ctx, operatorConn(t, ports2.URLs(), creds), fromSingle, 0, nil); err != nil {
+		t.Fatalf("a single server's backup into a cluster: %v", err)
+	}
+	restoredAt(operatorConn(t, ports2.URLs(), creds), 3)
 }
