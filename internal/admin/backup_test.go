@@ -201,15 +201,31 @@ func TestBackupRestoreDrill(t *testing.T) {
 
 	// A restore that stopped after its first stream (here: only that stream
 	// restored, as a stopped restore leaves it) is finished by running it
-	// again: a stream that holds what the backup holds counts as restored.
-	url3, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
-	mgr, err := jsm.New(operatorConn(t, url3, creds))
-	if err != nil {
+	// again: a stream that holds what the backup holds counts as restored,
+	// but only with its durable consumers (the server keeps a restored
+	// stream whose consumer it could not add).
+	restoredFirst := func() *jsm.Manager {
+		url, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
+		mgr, err := jsm.New(operatorConn(t, url, creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := mgr.RestoreSnapshotFromDirectory(ctx, "ORDER_COMMANDS", filepath.Join(dir, "ORDER_COMMANDS")); err != nil {
+			t.Fatal(err)
+		}
+		return mgr
+	}
+	withoutConsumer := restoredFirst()
+	if c, err := withoutConsumer.LoadConsumer("ORDER_COMMANDS", "processor"); err != nil {
+		t.Fatal(err)
+	} else if err := c.Delete(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := mgr.RestoreSnapshotFromDirectory(ctx, "ORDER_COMMANDS", filepath.Join(dir, "ORDER_COMMANDS")); err != nil {
-		t.Fatal(err)
+	if _, err := admin.Restore(ctx, withoutConsumer.NatsConn(), dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS: the stream exists and holds messages") {
+		t.Fatalf("a restore over a restored stream without its consumer: %v", err)
 	}
+	mgr := restoredFirst()
+	url3 := mgr.NatsConn().ConnectedUrl()
 	if _, err := admin.Restore(ctx, operatorConn(t, url3, creds), dir, 0, nil); err != nil {
 		t.Fatalf("a restore run again after it stopped: %v", err)
 	}
