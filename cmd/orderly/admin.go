@@ -312,8 +312,15 @@ func (c *RestoreCmd) Run(g *globals) error {
 	}
 	defer nc.Close()
 	bars := newStreamBars()
-	m, err := admin.Restore(g.ctx, nc, c.Dir, c.Replicas, bars.update)
+	m, done, err := admin.Restore(g.ctx, nc, c.Dir, c.Replicas, bars.update)
 	bars.finish(err == nil)
+	for _, r := range done {
+		what := "restored"
+		if r.Kept {
+			what = "kept: it held the backup's messages already"
+		}
+		fmt.Fprintf(os.Stderr, "%-20s %10d messages, %d replicas, %s\n", r.Stream, r.Messages, r.Replicas, what)
+	}
 	if err != nil {
 		return err
 	}

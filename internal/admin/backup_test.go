@@ -188,7 +188,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 			})
 		}, `the backup of ORDER_COMMANDS is refused: its consumer "processor" pushes messages to "leak.commands"`},
 	} {
-		if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), damaged(tc.change), 0, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), damaged(tc.change), 0, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("a restore of a backup %s: %v, want %q", tc.name, err, tc.want)
 		}
 		assertStreams(t, operatorConn(t, url2, creds), func(name string, st *jetstream.StreamState) string {
@@ -221,20 +221,23 @@ func TestBackupRestoreDrill(t *testing.T) {
 	} else if err := c.Delete(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Restore(ctx, withoutConsumer.NatsConn(), dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS: the stream exists and holds messages") {
+	if _, _, err := admin.Restore(ctx, withoutConsumer.NatsConn(), dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS: the stream exists and holds messages") {
 		t.Fatalf("a restore over a restored stream without its consumer: %v", err)
 	}
 	mgr := restoredFirst()
 	url3 := mgr.NatsConn().ConnectedUrl()
-	if _, err := admin.Restore(ctx, operatorConn(t, url3, creds), dir, 0, nil); err != nil {
+	if _, done, err := admin.Restore(ctx, operatorConn(t, url3, creds), dir, 0, nil); err != nil {
 		t.Fatalf("a restore run again after it stopped: %v", err)
+	} else if len(done) != 4 || done[0] != (admin.Restored{Stream: "ORDER_COMMANDS", Messages: m.Streams[0].Messages, Replicas: 1, Kept: true}) ||
+		done[1].Stream != "ORDER_EVENTS" || done[1].Kept || done[1].Messages != m.Streams[1].Messages {
+		t.Fatalf("a restore run again after it stopped reports %+v", done)
 	}
 	assertStreams(t, operatorConn(t, url3, creds), asInManifest(m))
 
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
 		t.Fatalf("the same restore again, over what it restored: %v", err)
 	}
 	assertStreams(t, operatorConn(t, url2, creds), asInManifest(m))
@@ -265,7 +268,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 		}
 	}
 	again.Stop(t)
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err == nil || !strings.Contains(err.Error(), "holds messages") {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err == nil || !strings.Contains(err.Error(), "holds messages") {
 		t.Fatalf("a restore over streams that took orders since: %v", err)
 	}
 }
@@ -365,7 +368,7 @@ func TestRestoreRefusesBeforeItDeletes(t *testing.T) {
 	if _, err := js.Publish(ctx, "orders.dlq.create", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS_DLQ: the stream exists and holds messages") {
+	if _, _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS_DLQ: the stream exists and holds messages") {
 		t.Fatalf("a restore over a dead letter: %v", err)
 	}
 	assertStreams(t, nc, func(name string, st *jetstream.StreamState) string {
@@ -428,7 +431,7 @@ func TestBackupWhileOrdersArrive(t *testing.T) {
 		t.Fatalf("backup: %v (%d published)", err, n)
 	}
 	url2, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
-	if _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
 		t.Fatalf("the restore of a backup taken while commands arrived: %v", err)
 	}
 	assertStreams(t, operatorConn(t, url2, creds), asInManifest(m))
@@ -461,7 +464,7 @@ func TestRestoreTakesOnlyOrderlysStreams(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, admin.ManifestFile), []byte(manifest), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), admin.ManifestFile) {
+		if _, _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), admin.ManifestFile) {
 			t.Errorf("%s: restore answered %v, want the manifest refused", name, err)
 		}
 	}
@@ -476,7 +479,7 @@ func TestRestoreTakesOnlyOrderlysStreams(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, admin.ManifestFile), []byte(`{"streams":[{"name":"ORDER_COMMANDS"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), "not a complete backup") {
+	if _, _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), "not a complete backup") {
 		t.Fatalf("a backup without its snapshot: %v", err)
 	}
 	if _, err := js.Stream(ctx, "ORDER_COMMANDS"); err != nil {
@@ -585,11 +588,11 @@ func TestRestoreAcrossReplicas(t *testing.T) {
 	}
 
 	single, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
-	if _, err := admin.Restore(ctx, operatorConn(t, single, creds), fromCluster, 3, nil); err == nil || !strings.Contains(err.Error(), "3 replicas need a NATS cluster") {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, single, creds), fromCluster, 3, nil); err == nil || !strings.Contains(err.Error(), "3 replicas need a NATS cluster") {
 		t.Fatalf("a restore with --replicas 3 into a single server: %v", err)
 	}
 	orderlytest.Setup(t, single, creds, 0)
-	if _, err := admin.Restore(ctx, operatorConn(t, single, creds), fromCluster, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, single, creds), fromCluster, 0, nil); err != nil {
 		t.Fatalf("a cluster's backup into a single server: %v", err)
 	}
 	restoredAt(operatorConn(t, single, creds), 1)
@@ -601,7 +604,7 @@ func TestRestoreAcrossReplicas(t *testing.T) {
 	ports2 := orderlytest.ClusterPorts(t, 3)
 	orderlytest.StartClusterWith(t, ports2, creds)
 	orderlytest.Setup(t, ports2.URLs(), creds, 3)
-	if _, err := admin.Restore(ctx, operatorConn(t, ports2.URLs(), creds), fromSingle, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, ports2.URLs(), creds), fromSingle, 0, nil); err != nil {
 		t.Fatalf("a single server's backup into a cluster: %v", err)
 	}
 	restoredAt(operatorConn(t, ports2.URLs(), creds), 3)

@@ -41,21 +41,20 @@ var ErrNotEmpty = errors.New("the stream exists and holds messages: restore only
 // `orderly serve` restores into a cluster set up with --replicas 3 at R3,
 // and a cluster's backup into a single server at R1. Restart orderly's
 // processes afterwards.
-func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progress Progress) (Manifest, error) {
-	var m Manifest
+func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progress Progress) (m Manifest, done []Restored, err error) {
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if err != nil {
-		return m, fmt.Errorf("not a complete backup: %w", err)
+		return m, done, fmt.Errorf("not a complete backup: %w", err)
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("%s: %w", ManifestFile, err)
+		return m, done, fmt.Errorf("%s: %w", ManifestFile, err)
 	}
 	if err := m.check(); err != nil {
-		return m, fmt.Errorf("%s: %w", ManifestFile, err)
+		return m, done, fmt.Errorf("%s: %w", ManifestFile, err)
 	}
 	clustered := nc.ConnectedClusterName() != ""
 	if replicas > 1 && !clustered {
-		return m, fmt.Errorf("%d replicas need a NATS cluster; this NATS is a single server", replicas)
+		return m, done, fmt.Errorf("%d replicas need a NATS cluster; this NATS is a single server", replicas)
 	}
 	// Every snapshot is read through (its checksums, its entries up to the
 	// archive's end) and matched with the manifest before NATS is asked
@@ -65,13 +64,13 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progr
 	for _, sm := range m.Streams {
 		s, err := sm.readBack(dir, progress)
 		if err != nil {
-			return m, err
+			return m, done, err
 		}
 		snaps = append(snaps, s)
 	}
 	mgr, err := jsm.New(nc, jsm.WithTimeout(30*time.Second))
 	if err != nil {
-		return m, err
+		return m, done, err
 	}
 	// What each stream holds now is looked at before any is deleted: one
 	// stream with other messages refuses the whole restore. A stream that
@@ -82,7 +81,7 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progr
 	for _, snap := range snaps {
 		s, st, err := loadState(mgr, snap.Name)
 		if err != nil {
-			return m, fmt.Errorf("stream %s: %w", snap.Name, err)
+			return m, done, fmt.Errorf("stream %s: %w", snap.Name, err)
 		}
 		snap.replicas = restoredReplicas(replicas, s, clustered, snap.info.Config.Replicas)
 		switch {
@@ -92,26 +91,38 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progr
 		default:
 			kept, err := snap.heldBy(s, st)
 			if err != nil {
-				return m, fmt.Errorf("stream %s: %w", snap.Name, err)
+				return m, done, fmt.Errorf("stream %s: %w", snap.Name, err)
 			}
 			if !kept {
-				return m, fmt.Errorf("%s: %w", snap.Name, ErrNotEmpty)
+				return m, done, fmt.Errorf("%s: %w", snap.Name, ErrNotEmpty)
 			}
+			done = append(done, Restored{Stream: snap.Name, Messages: st.Msgs, Replicas: s.Replicas(), Kept: true})
 			continue
 		}
 		todo = append(todo, snap)
 	}
 	for _, s := range empty {
 		if err := s.Delete(); err != nil {
-			return m, fmt.Errorf("stream %s: %w", s.Name(), err)
+			return m, done, fmt.Errorf("stream %s: %w", s.Name(), err)
 		}
 	}
 	for _, snap := range todo {
 		if err := snap.restore(ctx, mgr, progress); err != nil {
-			return m, err
+			return m, done, err
 		}
+		done = append(done, Restored{Stream: snap.Name, Messages: snap.Messages, Replicas: snap.replicas})
 	}
-	return m, nil
+	return m, done, nil
+}
+
+// Restored is what a restore did with one stream.
+type Restored struct {
+	Stream   string
+	Messages uint64
+	Replicas int
+	// Kept is set for a stream that held the backup's messages already (an
+	// earlier restore wrote it), which this restore left as it was.
+	Kept bool
 }
 
 // restoredReplicas is the replica count of a stream restored from a
