@@ -293,7 +293,7 @@ func (c *BackupCmd) Run(g *globals) error {
 type RestoreCmd struct {
 	ToolNATS
 	Dir      string `arg:"" type:"path" existingdir:"" help:"Directory of a backup made by orderly backup."`
-	Replicas int    `name:"replicas" default:"0" help:"Replicas of each restored stream and its durable consumers. 0: those of the empty streams it replaces (as orderly setup made them), else 1 on a single server and the backup's on a cluster."`
+	Replicas int    `name:"replicas" default:"0" help:"Replicas of each restored stream and its durable consumers. 0: those of orderly's streams already there (as orderly setup made them), else 1 on a single server and the backup's on a cluster."`
 }
 
 // Validate refuses a replica count NATS does not take.

@@ -578,11 +578,21 @@ func TestRestoreAcrossReplicas(t *testing.T) {
 				t.Errorf("%s restored with %d replicas, want %d", name, r, replicas)
 			}
 		}
-		c, err := js.Consumer(ctx, "ORDER_COMMANDS", "processor")
-		if err != nil {
-			t.Fatal(err)
+		// A consumer's leader of a new cluster counts its pending messages
+		// once it runs: asked again until then.
+		var ci *jetstream.ConsumerInfo
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c, err := js.Consumer(ctx, "ORDER_COMMANDS", "processor")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ci = c.CachedInfo(); ci.NumPending == 6 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if ci := c.CachedInfo(); ci.Config.Replicas != replicas || ci.NumPending != 6 || ci.AckFloor.Stream != 4 {
+		if ci.Config.Replicas != replicas || ci.NumPending != 6 || ci.AckFloor.Stream != 4 {
 			t.Errorf("the processors' consumer restored with %d replicas, %d pending, acked up to %d; want %d, 6, 4", ci.Config.Replicas, ci.NumPending, ci.AckFloor.Stream, replicas)
 		}
 	}
@@ -604,6 +614,18 @@ func TestRestoreAcrossReplicas(t *testing.T) {
 	ports2 := orderlytest.ClusterPorts(t, 3)
 	orderlytest.StartClusterWith(t, ports2, creds)
 	orderlytest.Setup(t, ports2.URLs(), creds, 3)
+	// As a restore that stopped after deleting the empty streams and
+	// restoring the first leaves them: the streams that are missing take the
+	// replicas of the one that is there, not the backup's.
+	js2, err := jetstream.New(operatorConn(t, ports2.URLs(), creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range admin.Streams[1:] {
+		if err := js2.DeleteStream(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, _, err := admin.Restore(ctx, operatorConn(t, ports2.URLs(), creds), fromSingle, 0, nil); err != nil {
 		t.Fatalf("a single server's backup into a cluster: %v", err)
 	}

@@ -36,8 +36,9 @@ var ErrNotEmpty = errors.New("the stream exists and holds messages: restore only
 // the restore.
 //
 // Each stream, with its durable consumers, gets replicas copies: 0 takes
-// those of the empty stream it replaces (what orderly setup made), else 1 on
-// a single server and the backup's on a cluster. So a backup of a single
+// those of orderly's streams already there (what orderly setup, or a restore
+// that stopped, made), else 1 on a single server and the backup's on a
+// cluster. So a backup of a single
 // `orderly serve` restores into a cluster set up with --replicas 3 at R3,
 // and a cluster's backup into a single server at R1. Restart orderly's
 // processes afterwards.
@@ -78,12 +79,20 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progr
 	// by an earlier run (one that stopped part way, or finished), and is kept.
 	var todo []*snapshot
 	var empty []*jsm.Stream
-	for _, snap := range snaps {
-		s, st, err := loadState(mgr, snap.Name)
-		if err != nil {
+	streams := make([]*jsm.Stream, len(snaps))
+	states := make([]*api.StreamState, len(snaps))
+	var existing *jsm.Stream // the first of orderly's streams there now
+	for i, snap := range snaps {
+		if streams[i], states[i], err = loadState(mgr, snap.Name); err != nil {
 			return m, done, fmt.Errorf("stream %s: %w", snap.Name, err)
 		}
-		snap.replicas = restoredReplicas(replicas, s, clustered, snap.info.Config.Replicas)
+		if existing == nil {
+			existing = streams[i]
+		}
+	}
+	for i, snap := range snaps {
+		s, st := streams[i], states[i]
+		snap.replicas = restoredReplicas(replicas, existing, clustered, snap.info.Config.Replicas)
 		switch {
 		case s == nil:
 		case st.Msgs == 0 && st.LastSeq == 0:
@@ -126,7 +135,10 @@ type Restored struct {
 }
 
 // restoredReplicas is the replica count of a stream restored from a
-// snapshot of backupR replicas, replacing existing (nil if none).
+// snapshot of backupR replicas where existing is one of orderly's streams
+// (nil if none is): the replicas of the streams that are there (the one it
+// replaces, or those a stopped restore or orderly setup made), so that all
+// four come back alike.
 func restoredReplicas(asked int, existing *jsm.Stream, clustered bool, backupR int) int {
 	switch {
 	case asked > 0:
