@@ -63,7 +63,7 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progr
 	// setup as it was.
 	snaps := make([]*snapshot, 0, len(m.Streams))
 	for _, sm := range m.Streams {
-		s, err := sm.readBack(dir, progress)
+		s, err := sm.snapshotIn(dir, progress)
 		if err != nil {
 			return m, done, err
 		}
@@ -161,9 +161,9 @@ type snapshot struct {
 	replicas int      // of the stream restored from it
 }
 
-// readBack reads the snapshot of sm in the backup in dir through, checks
-// it, and matches it with the manifest.
-func (sm StreamManifest) readBack(dir string, progress Progress) (*snapshot, error) {
+// snapshotIn is the snapshot of sm in the backup in dir, read through,
+// checked, and matched with the manifest.
+func (sm StreamManifest) snapshotIn(dir string, progress Progress) (*snapshot, error) {
 	sdir := filepath.Join(dir, sm.Name)
 	_, err := jsm.SnapshotDataPath(sdir)
 	if err == nil {
@@ -299,7 +299,7 @@ func decodeConsumer(c *backup.Consumer) (*server.SnapshotConsumerState, error) {
 func (s *snapshot) heldBy(stream *jsm.Stream, st *api.StreamState) (bool, error) {
 	info := s.info
 	if st.Msgs != info.Messages || st.LastSeq != lastSeq(info) ||
-		info.Messages > 0 && (st.FirstSeq != info.FirstSeq || !st.LastTime.Equal(info.LastTime)) {
+		info.Messages > 0 && (st.FirstSeq != firstSeq(info) || !st.LastTime.Equal(info.LastTime)) {
 		return false, nil
 	}
 	names, err := stream.ConsumerNames()
