@@ -6,15 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	jsm "github.com/nats-io/jsm.go"
+	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/jsm.go/backup"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -630,4 +633,121 @@ func TestRestoreAcrossReplicas(t *testing.T) {
 		t.Fatalf("a single server's backup into a cluster: %v", err)
 	}
 	restoredAt(operatorConn(t, ports2.URLs(), creds), 3)
+}
+
+// TestRestoreBoundsWhatItReadsWhole: a snapshot's state and consumer entries
+// are read whole into memory (by jsm's decoder, then by the server), so a
+// restore refuses one that declares more than such an entry can hold before
+// reading it. A few kilobytes of archive decompress into the 256 MiB entry
+// here; before, the restore read it all (allocating over 512 MiB) before it
+// failed on the JSON. The manifest and the stream's metadata are bounded too.
+func TestRestoreBoundsWhatItReadsWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, nc, _ := setUpNATS(t)
+	dir := filepath.Join(t.TempDir(), "backup")
+	if _, err := admin.Backup(ctx, nc, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	const huge = 256 << 20
+	copyOf := func() string {
+		d := filepath.Join(t.TempDir(), "backup")
+		if err := os.CopyFS(d, os.DirFS(dir)); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// bomb writes ORDER_COMMANDS's archive again with one entry, named
+	// entry, of huge blanks (a JSON document's whitespace) after its state.
+	bomb := func(d, entry string) {
+		path, err := jsm.SnapshotDataPath(filepath.Join(d, "ORDER_COMMANDS"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		enc := backup.NewEncoder(&out)
+		blanks := io.LimitReader(repeat(' '), huge)
+		if entry == "state.json" {
+			err = enc.WriteMessage(&backup.Message{Subject: entry, PayloadSize: huge, Body: blanks})
+		} else {
+			st := api.StreamState{Consumers: 1}
+			if err = enc.WriteState(time.Now().UnixNano(), st); err == nil {
+				err = enc.WriteMessage(&backup.Message{Subject: entry, PayloadSize: huge, Body: blanks})
+			}
+		}
+		if err == nil {
+			err = enc.WriteEnd()
+		}
+		if err == nil {
+			err = enc.Close()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d bytes of archive for an entry of %d", entry, out.Len(), huge)
+		if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grow := func(path string, size int) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(f, io.LimitReader(repeat(' '), int64(size))); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(d string)
+		want   string
+	}{
+		{"a huge consumer entry", func(d string) { bomb(d, "consumers/processor") }, `the backup of ORDER_COMMANDS is refused: its consumer "processor" is 268435456 bytes, more than 67108864`},
+		{"a huge state", func(d string) { bomb(d, "state.json") }, "the backup of ORDER_COMMANDS is refused: its state.json is 268435456 bytes, more than 1048576"},
+		{"many consumers", func(d string) {
+			path, err := jsm.SnapshotDataPath(filepath.Join(d, "ORDER_COMMANDS"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			enc := backup.NewEncoder(&out)
+			if err := errors.Join(enc.WriteState(time.Now().UnixNano(), api.StreamState{Consumers: 1 << 30}), enc.WriteEnd(), enc.Close()); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "the backup of ORDER_COMMANDS is refused: its state.json declares 1073741824 consumers, more than 100000"},
+		{"a huge manifest", func(d string) { grow(filepath.Join(d, admin.ManifestFile), 2<<20) }, admin.ManifestFile + " is larger than 1048576 bytes"},
+		{"huge metadata", func(d string) {
+			grow(filepath.Join(d, "ORDER_EVENTS", jsm.SnapshotMetaFile), 2<<20)
+		}, "the backup of ORDER_EVENTS is refused: its " + jsm.SnapshotMetaFile + " is larger than 1048576 bytes"},
+	} {
+		d := copyOf()
+		tc.change(d)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, err := admin.Restore(ctx, nc, d, 0, nil)
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+			t.Errorf("%s: the restore allocated %d MiB", tc.name, alloc>>20)
+		}
+	}
+}
+
+// repeat is an endless reader of b.
+type repeat byte
+
+func (r repeat) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r)
+	}
+	return len(p), nil
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,10 +14,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/jsm.go/backup"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats-server/v2/server/archive"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -43,7 +46,10 @@ var ErrNotEmpty = errors.New("the stream exists and holds messages: restore only
 // and a cluster's backup into a single server at R1. Restart orderly's
 // processes afterwards.
 func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progress Progress) (m Manifest, done []Restored, err error) {
-	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	b, err := readSmall(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, errTooLarge) {
+		return m, done, fmt.Errorf("%s %w", ManifestFile, err)
+	}
 	if err != nil {
 		return m, done, fmt.Errorf("not a complete backup: %w", err)
 	}
@@ -172,6 +178,9 @@ func (sm StreamManifest) snapshotIn(dir string, progress Progress) (*snapshot, e
 	if err != nil {
 		return nil, fmt.Errorf("not a complete backup: stream %s: %w", sm.Name, err)
 	}
+	if err := checkSizes(sdir); err != nil {
+		return nil, fmt.Errorf("the backup of %s is refused: %w; nothing was restored", sm.Name, err)
+	}
 	info, err := readBack(sdir, sm.Name, progress)
 	if err != nil {
 		return nil, fmt.Errorf("the backup of %s is damaged, nothing was restored: %w", sm.Name, err)
@@ -185,6 +194,81 @@ func (sm StreamManifest) snapshotIn(dir string, progress Progress) (*snapshot, e
 			sm.Messages, sm.LastSeq, sm.Name, info.Messages, lastSeq(info))
 	}
 	return snap, nil
+}
+
+// What a restore reads whole into memory is bounded, so that a backup
+// crafted to decompress into a huge entry (5 KB of archive made a 256 MiB
+// consumer entry, which jsm's decoder read whole) is refused before it is
+// read. orderly's documents are a few kilobytes; a consumer's entry holds its
+// configuration and its pending acknowledgements (orderly's consumers allow
+// at most 4,096 pending, a few hundred KB).
+const (
+	maxDocument      = 1 << 20  // the manifest, a snapshot's metadata and its state entry
+	maxConsumerEntry = 64 << 20 // a consumer's entry in a snapshot
+	maxConsumers     = 100_000  // consumer entries in a snapshot
+)
+
+var errTooLarge = fmt.Errorf("is larger than %d bytes", maxDocument)
+
+// readSmall is the file at path, refused with errTooLarge above maxDocument.
+func readSmall(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxDocument+1))
+	if err == nil && len(b) > maxDocument {
+		err = errTooLarge
+	}
+	return b, err
+}
+
+// checkSizes refuses the snapshot in sdir if its metadata, its state entry
+// or one of its consumer entries is larger than a restore reads whole, or it
+// declares more consumers than maxConsumers. It reads the archive's entry
+// headers up to its first message; a damaged archive passes, for the full
+// read-through to report.
+func checkSizes(sdir string) error {
+	if _, err := readSmall(filepath.Join(sdir, jsm.SnapshotMetaFile)); err != nil {
+		return fmt.Errorf("its %s %w", jsm.SnapshotMetaFile, err)
+	}
+	path, err := jsm.SnapshotDataPath(sdir)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ar := archive.NewReader(s2.NewReader(bufio.NewReaderSize(f, 1<<20)))
+	hdr, err := ar.Next()
+	if err != nil || hdr.Name != "state.json" {
+		return nil
+	}
+	if size := hdr.HeaderSize + hdr.PayloadSize; size > maxDocument {
+		return fmt.Errorf("its state.json is %d bytes, more than %d", size, maxDocument)
+	}
+	var st struct {
+		Consumers int `json:"consumer_count"`
+	}
+	if json.NewDecoder(ar).Decode(&st) != nil {
+		return nil
+	}
+	if st.Consumers > maxConsumers {
+		return fmt.Errorf("its state.json declares %d consumers, more than %d", st.Consumers, maxConsumers)
+	}
+	for range st.Consumers {
+		hdr, err := ar.Next()
+		if err != nil {
+			return nil
+		}
+		if size := hdr.HeaderSize + hdr.PayloadSize; size > maxConsumerEntry {
+			return fmt.Errorf("its consumer %q is %d bytes, more than %d", strings.TrimPrefix(hdr.Name, "consumers/"), size, maxConsumerEntry)
+		}
+	}
+	return nil
 }
 
 // check refuses a manifest that names anything but orderly's streams, or one
