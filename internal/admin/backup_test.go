@@ -642,7 +642,7 @@ func TestRestoreAcrossReplicas(t *testing.T) {
 // here; before, the restore read it all (allocating over 512 MiB) before it
 // failed on the JSON. The manifest and the stream's metadata are bounded too.
 func TestRestoreBoundsWhatItReadsWhole(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the allocations counted are the process's.
 	ctx := context.Background()
 	_, nc, _ := setUpNATS(t)
 	dir := filepath.Join(t.TempDir(), "backup")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -30,5 +32,31 @@ orderly_nats_server_process_resident_memory_bytes 3e+08
 	}
 	if m.CPUSeconds != 4 || m.RSSBytes != 4e8 {
 		t.Fatalf("cpu %v s, rss %v B; want 4 s and 4e8 B", m.CPUSeconds, m.RSSBytes)
+	}
+}
+
+// TestServerMetricsAreBounded: the URL benchmarked may answer /metrics
+// without end; the bench reads at most maxMetrics of it. Before, it parsed
+// whatever came (here 64 MiB of comment lines, allocating as much again).
+func TestServerMetricsAreBounded(t *testing.T) {
+	// Not parallel: the allocations counted are the process's.
+	line := []byte("# " + strings.Repeat("x", 1021) + "\n")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for range 64 << 10 {
+			if _, err := w.Write(line); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := readMetrics(context.Background(), srv.Client(), srv.URL)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "/metrics: more than 8388608 bytes") {
+		t.Fatalf("an endless /metrics: %v", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 48<<20 {
+		t.Fatalf("reading /metrics allocated %d MiB", alloc>>20)
 	}
 }

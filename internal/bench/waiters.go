@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -112,7 +113,7 @@ func Waiters(ctx context.Context, cfg WaitersConfig, progress io.Writer) (Waiter
 				return
 			}
 			var v struct{ Status string }
-			_ = json.NewDecoder(resp.Body).Decode(&v)
+			_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v)
 			resp.Body.Close()
 			if v.Status != "pending" {
 				decided.Add(1)
@@ -167,6 +168,9 @@ func Waiters(ctx context.Context, cfg WaitersConfig, progress io.Writer) (Waiter
 	return res, nil
 }
 
+// maxMetrics bounds the /metrics page readMetrics reads.
+const maxMetrics = 8 << 20
+
 func readMetrics(ctx context.Context, client *http.Client, url string) (ServerMetrics, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
@@ -181,8 +185,17 @@ func readMetrics(ctx context.Context, client *http.Client, url string) (ServerMe
 		// orderly serves /metrics to its own host, or with its metrics token.
 		return ServerMetrics{}, fmt.Errorf("/metrics: %s: run the bench on orderly's host", resp.Status)
 	}
+	// The URL benchmarked may be anything: its /metrics is read only up
+	// to maxMetrics (orderly's are some tens of kilobytes).
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxMetrics+1))
+	if err != nil {
+		return ServerMetrics{}, fmt.Errorf("/metrics: %w", err)
+	}
+	if len(b) > maxMetrics {
+		return ServerMetrics{}, fmt.Errorf("/metrics: more than %d bytes", maxMetrics)
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
 		return ServerMetrics{}, fmt.Errorf("/metrics: %w", err)
 	}

@@ -362,8 +362,7 @@ func (r *runner) post(ctx context.Context, o *Order, body []byte, prefer string,
 	resp, err := r.client.Do(req)
 	a := Attempt{Changed: changed, Dropped: drop}
 	if err == nil {
-		a.body, err = io.ReadAll(resp.Body)
-		resp.Body.Close()
+		a.body, err = readResponse(resp)
 	}
 	a.Latency = time.Since(t0)
 	if err != nil {
@@ -387,6 +386,21 @@ func (r *runner) post(ctx context.Context, o *Order, body []byte, prefer string,
 	return a
 }
 
+// maxResponse bounds the body of an answer the checker reads: orderly's
+// are a few kilobytes (an order of the largest body it takes, and its
+// headers), and the URL checked may be anything.
+const maxResponse = 1 << 20
+
+// readResponse reads and closes resp's body, refusing one above maxResponse.
+func readResponse(resp *http.Response) ([]byte, error) {
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
+	if err == nil && len(b) > maxResponse {
+		err = fmt.Errorf("an answer of more than %d bytes", maxResponse)
+	}
+	return b, err
+}
+
 // poll long-polls the order until it is decided or the deadline passes.
 func (r *runner) poll(ctx context.Context, o *Order, loc string) (string, []byte) {
 	for ctx.Err() == nil && time.Now().Before(r.deadline) {
@@ -399,9 +413,8 @@ func (r *runner) poll(ctx context.Context, o *Order, loc string) (string, []byte
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		b, err := readResponse(resp)
+		if err != nil || resp.StatusCode != http.StatusOK {
 			if resp.StatusCode == http.StatusNotFound {
 				return "not found", nil
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,33 @@ func TestRunFailsFastWithoutTheAPIOrNATS(t *testing.T) {
 	_, err = Run(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "cannot read ORDER_EVENTS") || time.Since(begin) > 20*time.Second {
 		t.Fatalf("no NATS: %v after %s", err, time.Since(begin))
+	}
+}
+
+// TestAnswersAreBounded: the URL checked may answer without end; the checker
+// reads at most maxResponse of an answer and counts a longer one as none.
+// Before, it read whatever came (here 64 MiB, allocating twice as much).
+func TestAnswersAreBounded(t *testing.T) {
+	// Not parallel: the allocations counted are the process's.
+	chunk := make([]byte, 1<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		for range 64 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	r := &runner{cfg: Config{URL: srv.URL}, client: srv.Client(), deadline: time.Now().Add(time.Minute)}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	a := r.post(context.Background(), &Order{Key: "k"}, []byte(`{}`), "", false, false)
+	runtime.ReadMemStats(&after)
+	if a.Status != 0 || !strings.Contains(a.Err, "an answer of more than 1048576 bytes") {
+		t.Fatalf("an endless answer: status %d, error %q", a.Status, a.Err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Fatalf("reading the answer allocated %d MiB", alloc>>20)
 	}
 }
