@@ -657,37 +657,30 @@ func TestRestoreBoundsWhatItReadsWhole(t *testing.T) {
 		}
 		return d
 	}
-	// bomb writes ORDER_COMMANDS's archive again with one entry, named
-	// entry, of huge blanks (a JSON document's whitespace) after its state.
-	bomb := func(d, entry string) {
+	// commands writes ORDER_COMMANDS's archive in d again with the entries
+	// write makes, and the end marker.
+	commands := func(d string, write func(enc *backup.Encoder) error) {
 		path, err := jsm.SnapshotDataPath(filepath.Join(d, "ORDER_COMMANDS"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
 		enc := backup.NewEncoder(&out)
-		blanks := io.LimitReader(repeat(' '), huge)
-		if entry == "state.json" {
-			err = enc.WriteMessage(&backup.Message{Subject: entry, PayloadSize: huge, Body: blanks})
-		} else {
-			st := api.StreamState{Consumers: 1}
-			if err = enc.WriteState(time.Now().UnixNano(), st); err == nil {
-				err = enc.WriteMessage(&backup.Message{Subject: entry, PayloadSize: huge, Body: blanks})
-			}
-		}
-		if err == nil {
-			err = enc.WriteEnd()
-		}
-		if err == nil {
-			err = enc.Close()
-		}
-		if err != nil {
+		if err := errors.Join(write(enc), enc.WriteEnd(), enc.Close()); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %d bytes of archive for an entry of %d", entry, out.Len(), huge)
+		t.Logf("%d bytes of archive", out.Len())
 		if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// blanks is an entry named name of huge blanks (a JSON document's
+	// whitespace), streamed into the archive.
+	blanks := func(enc *backup.Encoder, name string) error {
+		return enc.WriteMessage(&backup.Message{Subject: name, PayloadSize: huge, Body: io.LimitReader(repeat(' '), huge)})
+	}
+	state := func(enc *backup.Encoder, consumers int) error {
+		return enc.WriteState(time.Now().UnixNano(), api.StreamState{Consumers: consumers})
 	}
 	grow := func(path string, size int) {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
@@ -706,21 +699,14 @@ func TestRestoreBoundsWhatItReadsWhole(t *testing.T) {
 		change func(d string)
 		want   string
 	}{
-		{"a huge consumer entry", func(d string) { bomb(d, "consumers/processor") }, `the backup of ORDER_COMMANDS is refused: its consumer "processor" is 268435456 bytes, more than 67108864`},
-		{"a huge state", func(d string) { bomb(d, "state.json") }, "the backup of ORDER_COMMANDS is refused: its state.json is 268435456 bytes, more than 1048576"},
+		{"a huge consumer entry", func(d string) {
+			commands(d, func(enc *backup.Encoder) error { return errors.Join(state(enc, 1), blanks(enc, "consumers/processor")) })
+		}, `the backup of ORDER_COMMANDS is refused: its consumer "processor" is 268435456 bytes, more than 67108864`},
+		{"a huge state", func(d string) {
+			commands(d, func(enc *backup.Encoder) error { return blanks(enc, "state.json") })
+		}, "the backup of ORDER_COMMANDS is refused: its state.json is 268435456 bytes, more than 1048576"},
 		{"many consumers", func(d string) {
-			path, err := jsm.SnapshotDataPath(filepath.Join(d, "ORDER_COMMANDS"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			enc := backup.NewEncoder(&out)
-			if err := errors.Join(enc.WriteState(time.Now().UnixNano(), api.StreamState{Consumers: 1 << 30}), enc.WriteEnd(), enc.Close()); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			commands(d, func(enc *backup.Encoder) error { return state(enc, 1<<30) })
 		}, "the backup of ORDER_COMMANDS is refused: its state.json declares 1073741824 consumers, more than 100000"},
 		{"a huge manifest", func(d string) { grow(filepath.Join(d, admin.ManifestFile), 2<<20) }, admin.ManifestFile + " is larger than 1048576 bytes"},
 		{"huge metadata", func(d string) {

@@ -211,6 +211,7 @@ const (
 var errTooLarge = fmt.Errorf("is larger than %d bytes", maxDocument)
 
 // readSmall is the file at path, refused with errTooLarge above maxDocument.
+// It reads rather than asks the size: a device or a pipe has none.
 func readSmall(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
