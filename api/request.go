@@ -275,8 +275,40 @@ func (d *decoder) unknown(prefix string, obj map[string]json.RawMessage, known .
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		d.fail(prefix+plainName(name), "unknown field")
+		reason := "unknown field"
+		if k := spelledLike(name, known); k != "" {
+			reason += "; did you mean " + k + "?"
+		}
+		d.fail(prefix+plainName(name), reason)
 	}
+}
+
+// spelledLike names the known field that name spells another way, in
+// another case or with other separators (customerId, CustomerID and
+// customer-id for customer_id: the names a client that maps its own
+// camelCase or PascalCase type sends), or is "".
+func spelledLike(name string, known []string) string {
+	if len(name) > 64 {
+		return ""
+	}
+	folded := foldName(name)
+	for _, k := range known {
+		if foldName(k) == folded {
+			return k
+		}
+	}
+	return ""
+}
+
+// foldName is name in lower case without '_', '-', '.' and spaces.
+func foldName(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '_', '-', '.', ' ':
+			return -1
+		}
+		return unicode.ToLower(r)
+	}, name)
 }
 
 // plainName is a field name the client sent, as a field error names it: as

@@ -259,3 +259,29 @@ func TestDecodeOrderSyntaxReasons(t *testing.T) {
 		}
 	}
 }
+
+// A field spelled the way a client's own type names it (camelCase,
+// PascalCase, dashes) is told the name it means; any other unknown field is
+// told only that it is unknown.
+func TestUnknownFieldNamesTheSpellingMeant(t *testing.T) {
+	t.Parallel()
+	_, errs := DecodeOrder([]byte(`{"customerId":"c","Currency":"EUR","items":[{"sku":"x","quantity":1,"unitPrice":1,"colour":"red"}],"TOTAL":1,"customer-ID":"d","cust_id":"e"}`))
+	want := map[string]string{
+		"Currency":           "unknown field; did you mean currency?",
+		"TOTAL":              "unknown field; did you mean total?",
+		"customer-ID":        "unknown field; did you mean customer_id?",
+		"customerId":         "unknown field; did you mean customer_id?",
+		"cust_id":            "unknown field",
+		"items[0].unitPrice": "unknown field; did you mean unit_price?",
+		"items[0].colour":    "unknown field",
+	}
+	got := map[string]string{}
+	for _, e := range errs {
+		if strings.HasPrefix(e.Reason, "unknown field") {
+			got[e.Field] = e.Reason
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("reasons of the unknown fields = %q, want %q", got, want)
+	}
+}
