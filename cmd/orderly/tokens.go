@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 )
 
@@ -76,8 +77,29 @@ func addToken(path, tenant string, random io.Reader) (string, error) {
 		f.Close()
 		return "", fmt.Errorf("tokens file: %w", err)
 	}
+	// On the disk before the token is printed: a token handed to a client
+	// must not vanish with a power loss (nor a new file's name with it).
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", fmt.Errorf("tokens file: %w", err)
+	}
 	if err := f.Close(); err != nil {
 		return "", fmt.Errorf("tokens file: %w", err)
 	}
+	if len(old) == 0 {
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			return "", fmt.Errorf("tokens file: %w", err)
+		}
+	}
 	return token, nil
+}
+
+// syncDir fsyncs directory dir, so that a file created in it keeps its name.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
