@@ -38,8 +38,9 @@ Every flag can also be set with the environment variable shown beside it.`
 
 // CLI is the command line.
 type CLI struct {
-	LogLevel  slog.Level `name:"log-level" env:"ORDERLY_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn or error."`
-	LogFormat string     `name:"log-format" env:"ORDERLY_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+	LogLevel    slog.Level       `name:"log-level" env:"ORDERLY_LOG_LEVEL" default:"info" help:"Log level: debug, info, warn or error."`
+	LogFormat   string           `name:"log-format" env:"ORDERLY_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+	ShowVersion kong.VersionFlag `name:"version" help:"Print the version and exit (as orderly version does)."`
 
 	Serve       ServeCmd       `cmd:"" help:"Run the API and the processor (and, with --roles, the optional projector) in one process, with an embedded NATS server unless --nats-url is set."`
 	API         APICmd         `cmd:"" name:"api" help:"Run only the HTTP API against a NATS cluster (--nats-url)."`
@@ -79,6 +80,7 @@ func main() {
 		kong.ShortUsageOnError(), // the usage line and where the help is, not all of it
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		nonNegativeDurations(),
+		kong.Vars{"version": versionLine()},
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -147,9 +149,14 @@ type VersionCmd struct{}
 
 // Run prints the version.
 func (VersionCmd) Run() error {
-	v, c := buildVersion()
-	fmt.Printf("orderly %s (commit %s, %s)\n", v, c, runtime.Version())
+	fmt.Println(versionLine())
 	return nil
+}
+
+// versionLine is what orderly version and orderly --version print.
+func versionLine() string {
+	v, c := buildVersion()
+	return fmt.Sprintf("orderly %s (commit %s, %s)", v, c, runtime.Version())
 }
 
 // commit is set at build time with -ldflags "-X main.commit=...".

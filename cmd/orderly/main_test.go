@@ -745,6 +745,24 @@ func TestParseErrorsAreShort(t *testing.T) {
 	}
 }
 
+// TestVersionFlag: orderly --version prints what orderly version prints and
+// exits 0, as the users of most tools expect.
+func TestVersionFlag(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	cmd, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatalf("orderly version: %v", err)
+	}
+	flag, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("orderly --version: %v", err)
+	}
+	if !strings.HasPrefix(string(cmd), "orderly ") || string(flag) != string(cmd) {
+		t.Fatalf("orderly --version printed %q, orderly version %q", flag, cmd)
+	}
+}
+
 // TestNegativeValuesAreRefused: no duration of orderly's means anything
 // negative, and events tail --since=-5m printed every stored event; each is
 // refused while the command line is parsed, from a flag or a variable. The
