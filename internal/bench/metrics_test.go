@@ -1,12 +1,16 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestServerMetricsCountBothProcesses: orderly serve's embedded NATS server
@@ -58,5 +62,48 @@ func TestServerMetricsAreBounded(t *testing.T) {
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 48<<20 {
 		t.Fatalf("reading /metrics allocated %d MiB", alloc>>20)
+	}
+}
+
+// TestWaitersAnswersAreBounded: bench --waiters decodes each long poll's
+// answer, and the URL may answer without end; at most maxAnswer of each is
+// read, and an answer that is not an order's JSON counts as an error (it
+// counted as a decided order, which ended the run with advice to run the
+// server with --roles api,projector).
+func TestWaitersAnswersAreBounded(t *testing.T) {
+	// Not parallel: the allocations counted are the process's.
+	const polls = 4
+	var started atomic.Int64
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost:
+			w.Header().Set("Location", "/v1/orders/ord_1")
+			w.WriteHeader(http.StatusAccepted)
+		case r.URL.Path == "/metrics":
+			fmt.Fprintf(w, "# TYPE orderly_waiters gauge\norderly_waiters %d\n", started.Load())
+		default: // a long poll: a string 32 MiB long
+			started.Add(1)
+			_, _ = w.Write([]byte(`{"status":"`))
+			for range 512 {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		}
+	}))
+	defer srv.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res, err := Waiters(context.Background(), WaitersConfig{URL: srv.URL, Count: polls, Hold: 10 * time.Second}, nil)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatalf("waiters: %v", err)
+	}
+	if res.Waiters != polls || res.Errors != polls {
+		t.Fatalf("%d long polls waiting and %d errors, want %d and %d", res.Waiters, res.Errors, polls, polls)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 24<<20 {
+		t.Fatalf("reading %d endless answers allocated %d MiB", polls, alloc>>20)
 	}
 }

@@ -112,10 +112,18 @@ func Waiters(ctx context.Context, cfg WaitersConfig, progress io.Writer) (Waiter
 				}
 				return
 			}
+			// The URL may answer anything: at most maxAnswer of it is read,
+			// and an answer that is not an order's JSON is an error, not a
+			// decided order.
 			var v struct{ Status string }
-			_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v)
+			err = json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(&v)
 			resp.Body.Close()
-			if v.Status != "pending" {
+			switch {
+			case err != nil:
+				if hctx.Err() == nil {
+					errs.Add(1)
+				}
+			case v.Status != "pending":
 				decided.Add(1)
 			}
 		}()
@@ -167,6 +175,10 @@ func Waiters(ctx context.Context, cfg WaitersConfig, progress io.Writer) (Waiter
 	res.Errors = int(errs.Load())
 	return res, nil
 }
+
+// maxAnswer bounds what Waiters reads of a long poll's answer (an order's
+// JSON: a few kilobytes at most).
+const maxAnswer = 1 << 20
 
 // maxMetrics bounds the /metrics page readMetrics reads.
 const maxMetrics = 8 << 20
