@@ -57,6 +57,29 @@ func (f *fakeService) OrderEvents(_ context.Context, tenant, _ string) ([]byte, 
 
 const order = `{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}],"total":4990}`
 
+// TestMissingKeyNamesTheHeaderMeant: a key sent under another spelling of
+// the header (the X- prefix of older APIs, an underscore that proxies
+// drop) is missing, and the problem says which header came instead.
+func TestMissingKeyNamesTheHeaderMeant(t *testing.T) {
+	t.Parallel()
+	h := handler(t, api.Config{}, &fakeService{})
+	for header, want := range map[string]string{
+		"X-Idempotency-Key": "this request has the header X-Idempotency-Key instead, and the name is Idempotency-Key",
+		"Idempotency_Key":   "this request has the header Idempotency_key instead, and the name is Idempotency-Key",
+		"IdempotencyKey":    "this request has the header Idempotencykey instead, and the name is Idempotency-Key",
+		"X-Request-Id":      "",
+	} {
+		w := do(h, http.MethodPost, "/v1/orders", order, "Content-Type: application/json", header+": k-1")
+		var p problem.Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != 400 || p.Code != "idempotency_key_missing" {
+			t.Fatalf("%s: %d %s", header, w.Code, w.Body)
+		}
+		if got := strings.TrimPrefix(p.Detail, "the Idempotency-Key header is required"); want == "" && got != "" || want != "" && got != "; "+want {
+			t.Errorf("%s: detail %q, want the required header's and %q", header, p.Detail, want)
+		}
+	}
+}
+
 func handler(t *testing.T, cfg api.Config, svc api.Service) http.Handler {
 	t.Helper()
 	reg := prometheus.NewRegistry()

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/orderly-dev/orderly/internal/problem"
@@ -154,4 +155,20 @@ func checkParams(p string) *KeyError {
 		p = p[m:]
 	}
 	return nil
+}
+
+// keyHeaderSpelledLike names a header of h that a client meant as the
+// Idempotency-Key (X-Idempotency-Key, Idempotency_Key, IdempotencyKey), or
+// is "". The name is sent back only when it is one of those spellings.
+func keyHeaderSpelledLike(h http.Header) string {
+	for name := range h {
+		if len(name) > 32 || strings.EqualFold(name, "Idempotency-Key") {
+			continue
+		}
+		switch strings.TrimPrefix(foldName(name), "x") {
+		case "idempotencykey", "idempotentkey":
+			return name
+		}
+	}
+	return ""
 }

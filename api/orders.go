@@ -47,10 +47,14 @@ func (h *handlers) createOrder(c *gin.Context) {
 	key, kerr := ParseIdempotencyKey(c.Request.Header.Values("Idempotency-Key"))
 	if kerr != nil {
 		title := "Invalid Idempotency-Key"
+		detail := kerr.Detail
 		if kerr.Code == problem.CodeKeyMissing {
 			title = "Missing Idempotency-Key"
+			if name := keyHeaderSpelledLike(c.Request.Header); name != "" {
+				detail += "; this request has the header " + name + " instead, and the name is Idempotency-Key"
+			}
 		}
-		writeProblem(c, problem.New(http.StatusBadRequest, kerr.Code, title, kerr.Detail))
+		writeProblem(c, problem.New(http.StatusBadRequest, kerr.Code, title, detail))
 		return
 	}
 	if p := checkJSON(c.Request.Header); p != nil {
