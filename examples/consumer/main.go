@@ -60,7 +60,7 @@ func main() {
 		log.Fatal(err)
 	}
 	err = Run(ctx, js, *durable, NewMemorySeen(), func(_ context.Context, o events.OrderCreated) error {
-		fmt.Printf("bill %s: customer %s, %d.%02d %s\n", o.OrderID, o.CustomerID, o.Total/100, o.Total%100, o.Currency)
+		fmt.Printf("bill %s: customer %s, %s\n", o.OrderID, o.CustomerID, events.FormatAmount(o.Total, o.Currency))
 		return nil
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {

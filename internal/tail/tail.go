@@ -290,8 +290,8 @@ func Summary(data []byte) string {
 	case events.OrderCreatedType:
 		var d events.OrderCreated
 		if err := json.Unmarshal(ev.Data, &d); err == nil {
-			return fmt.Sprintf("%s  created   %s  tenant=%s customer=%s total=%s %s items=%d",
-				at, d.OrderID, d.Tenant, d.CustomerID, money(d.Total), d.Currency, len(d.Items))
+			return fmt.Sprintf("%s  created   %s  tenant=%s customer=%s total=%s items=%d",
+				at, d.OrderID, d.Tenant, d.CustomerID, events.FormatAmount(d.Total, d.Currency), len(d.Items))
 		}
 	case events.OrderRejectedType:
 		var d events.OrderRejected
@@ -304,17 +304,6 @@ func Summary(data []byte) string {
 		}
 	}
 	return fmt.Sprintf("%s  %s  %s", at, ev.Type, ev.Subject)
-}
-
-// money prints minor units with two decimals, the common case. The
-// magnitude is unsigned, so that the most negative total a stored event
-// may hold prints right too.
-func money(minor int64) string {
-	sign, u := "", uint64(minor)
-	if minor < 0 {
-		sign, u = "-", -u
-	}
-	return fmt.Sprintf("%s%d.%02d", sign, u/100, u%100)
 }
 
 // ParseKind maps the flag value to a kind ("" for all).

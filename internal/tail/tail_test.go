@@ -346,16 +346,23 @@ func TestTailLast(t *testing.T) {
 	}
 }
 
-// TestSummaryOfTotals: a total in minor units prints with two decimals,
-// also at the limits of what a stored event may hold.
+// TestSummaryOfTotals: a total in minor units prints with the decimals of
+// its currency's minor unit, also at the limits of what a stored event may
+// hold (4990 yen printed as "49.90 JPY" before).
 func TestSummaryOfTotals(t *testing.T) {
-	for total, want := range map[int64]string{
-		4990: "total=49.90 EUR", 5: "total=0.05 EUR", 0: "total=0.00 EUR", -5: "total=-0.05 EUR", -4990: "total=-49.90 EUR",
-		math.MaxInt64: "total=92233720368547758.07 EUR", math.MinInt64: "total=-92233720368547758.08 EUR",
+	for _, tc := range []struct {
+		total    int64
+		currency string
+		want     string
+	}{
+		{4990, "EUR", "total=49.90 EUR"}, {5, "EUR", "total=0.05 EUR"}, {0, "EUR", "total=0.00 EUR"},
+		{-5, "EUR", "total=-0.05 EUR"}, {-4990, "EUR", "total=-49.90 EUR"},
+		{math.MaxInt64, "EUR", "total=92233720368547758.07 EUR"}, {math.MinInt64, "EUR", "total=-92233720368547758.08 EUR"},
+		{4990, "JPY", "total=4990 JPY"}, {4990, "KWD", "total=4.990 KWD"}, {4990, "ABC", "total=4990 minor units of ABC"},
 	} {
-		data := fmt.Sprintf(`{"type":"orderly.order.created.v1","time":"2026-12-03T10:00:00Z","data":{"order_id":"ord_1","currency":"EUR","total":%d}}`, total)
-		if got := tail.Summary([]byte(data)); !strings.Contains(got, " "+want+" ") {
-			t.Errorf("total %d: %s, want %q", total, got, want)
+		data := fmt.Sprintf(`{"type":"orderly.order.created.v1","time":"2026-12-03T10:00:00Z","data":{"order_id":"ord_1","currency":%q,"total":%d}}`, tc.currency, tc.total)
+		if got := tail.Summary([]byte(data)); !strings.Contains(got, " "+tc.want+" ") {
+			t.Errorf("total %d %s: %s, want %q", tc.total, tc.currency, got, tc.want)
 		}
 	}
 }
