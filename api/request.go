@@ -276,8 +276,12 @@ func (d *decoder) unknown(prefix string, obj map[string]json.RawMessage, known .
 	slices.Sort(names)
 	for _, name := range names {
 		reason := "unknown field"
-		if k := spelledLike(name, known); k != "" {
-			reason += "; did you mean " + k + "?"
+		// Only for the errors a problem lists: a body of thousands of
+		// unknown fields is not worth a hint each.
+		if len(d.errs) < MaxFieldErrors {
+			if k := spelledLike(name, known); k != "" {
+				reason += "; did you mean " + k + "?"
+			}
 		}
 		d.fail(prefix+plainName(name), reason)
 	}
