@@ -708,10 +708,10 @@ func TestRestoreBoundsWhatItReadsWhole(t *testing.T) {
 		{"many consumers", func(d string) {
 			commands(d, func(enc *backup.Encoder) error { return state(enc, 1<<30) })
 		}, "the backup of ORDER_COMMANDS is refused: its state.json declares 1073741824 consumers, more than 100000"},
-		{"a huge manifest", func(d string) { grow(filepath.Join(d, admin.ManifestFile), 2<<20) }, admin.ManifestFile + " is larger than 1048576 bytes"},
+		{"a huge manifest", func(d string) { grow(filepath.Join(d, admin.ManifestFile), 2<<20) }, admin.ManifestFile + ": more than 1048576 bytes"},
 		{"huge metadata", func(d string) {
 			grow(filepath.Join(d, "ORDER_EVENTS", jsm.SnapshotMetaFile), 2<<20)
-		}, "the backup of ORDER_EVENTS is refused: its " + jsm.SnapshotMetaFile + " is larger than 1048576 bytes"},
+		}, "the backup of ORDER_EVENTS is refused: its " + jsm.SnapshotMetaFile + ": more than 1048576 bytes"},
 	} {
 		d := copyOf()
 		tc.change(d)

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/readlimit"
 )
 
 // ErrNotEmpty refuses to restore over a stream that holds messages.
@@ -47,8 +48,8 @@ var ErrNotEmpty = errors.New("the stream exists and holds messages: restore only
 // processes afterwards.
 func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progress Progress) (m Manifest, done []Restored, err error) {
 	b, err := readSmall(filepath.Join(dir, ManifestFile))
-	if errors.Is(err, errTooLarge) {
-		return m, done, fmt.Errorf("%s %w", ManifestFile, err)
+	if errors.Is(err, readlimit.ErrTooLarge) {
+		return m, done, fmt.Errorf("%s: %w", ManifestFile, err)
 	}
 	if err != nil {
 		return m, done, fmt.Errorf("not a complete backup: %w", err)
@@ -208,21 +209,16 @@ const (
 	maxConsumers     = 100_000  // consumer entries in a snapshot
 )
 
-var errTooLarge = fmt.Errorf("is larger than %d bytes", maxDocument)
-
-// readSmall is the file at path, refused with errTooLarge above maxDocument.
-// It reads rather than asks the size: a device or a pipe has none.
+// readSmall is the file at path, refused with *readlimit.TooLargeError
+// above maxDocument. It reads rather than asks the size: a device or a pipe
+// has none.
 func readSmall(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxDocument+1))
-	if err == nil && len(b) > maxDocument {
-		err = errTooLarge
-	}
-	return b, err
+	return readlimit.ReadAll(f, maxDocument)
 }
 
 // checkSizes refuses the snapshot in sdir if its metadata, its state entry
@@ -232,7 +228,7 @@ func readSmall(path string) ([]byte, error) {
 // read-through to report.
 func checkSizes(sdir string) error {
 	if _, err := readSmall(filepath.Join(sdir, jsm.SnapshotMetaFile)); err != nil {
-		return fmt.Errorf("its %s %w", jsm.SnapshotMetaFile, err)
+		return fmt.Errorf("its %s: %w", jsm.SnapshotMetaFile, err)
 	}
 	path, err := jsm.SnapshotDataPath(sdir)
 	if err != nil {

@@ -57,7 +57,9 @@ func TestStealIsWarned(t *testing.T) {
 }
 
 // TestRunReadsTheMachinesCPU: on Linux a run says how the machine's CPU
-// time was spent while it loaded the target.
+// time was spent while it loaded the target. The load is long enough to
+// span many of /proc/stat's 10 ms ticks: 300 requests could end within one
+// and read as no busy time at all.
 func TestRunReadsTheMachinesCPU(t *testing.T) {
 	t.Parallel()
 	if runtime.GOOS != "linux" {
@@ -65,7 +67,7 @@ func TestRunReadsTheMachinesCPU(t *testing.T) {
 	}
 	srv := httptest.NewServer(BaselineHandler())
 	defer srv.Close()
-	res, err := Run(t.Context(), "t", Config{URL: srv.URL, Connections: 2, Requests: 300, PayloadSize: 500, Mix: Mix{New: 100}})
+	res, err := Run(t.Context(), "t", Config{URL: srv.URL, Connections: 2, Requests: 5000, PayloadSize: 500, Mix: Mix{New: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}

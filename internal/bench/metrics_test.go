@@ -107,3 +107,19 @@ func TestWaitersAnswersAreBounded(t *testing.T) {
 		t.Fatalf("reading %d endless answers allocated %d MiB", polls, alloc>>20)
 	}
 }
+
+// TestPollAnswersAreBounded: a poll's answer longer than maxAnswer is an
+// error, not an order. Before, it was cut at 1 MiB and, holding no
+// "pending", counted as a decided order.
+func TestPollAnswersAreBounded(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("x"), maxAnswer+1))
+	}))
+	defer srv.Close()
+	r := &run{cfg: Config{URL: srv.URL}, client: srv.Client()}
+	status, _, body, err := r.get(context.Background(), "/v1/orders/ord_1")
+	if status != http.StatusOK || body != nil || err == nil || err.Error() != "more than 1048576 bytes" {
+		t.Fatalf("an answer of %d bytes: status %d, %d bytes, %v", maxAnswer+1, status, len(body), err)
+	}
+}

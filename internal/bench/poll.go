@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/orderly-dev/orderly/internal/readlimit"
 )
 
 // pendingOrder is an accepted order a polling client follows.
@@ -107,7 +108,8 @@ func (p *poller) drain(ctx context.Context) {
 	}
 }
 
-// get sends GET loc and returns its status, header and body.
+// get sends GET loc and returns its status, header and body; an answer
+// longer than maxAnswer is an error, not an order.
 func (r *run) get(ctx context.Context, loc string) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.URL+loc, nil)
 	if err != nil {
@@ -121,7 +123,7 @@ func (r *run) get(ctx context.Context, loc string) (int, http.Header, []byte, er
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	body, err := readlimit.ReadAll(resp.Body, maxAnswer)
 	return resp.StatusCode, resp.Header, body, err
 }
 

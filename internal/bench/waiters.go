@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orderly-dev/orderly/internal/readlimit"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -116,8 +117,11 @@ func Waiters(ctx context.Context, cfg WaitersConfig, progress io.Writer) (Waiter
 			// and an answer that is not an order's JSON is an error, not a
 			// decided order.
 			var v struct{ Status string }
-			err = json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(&v)
+			b, err := readlimit.ReadAll(resp.Body, maxAnswer)
 			resp.Body.Close()
+			if err == nil {
+				err = json.Unmarshal(b, &v)
+			}
 			switch {
 			case err != nil:
 				if hctx.Err() == nil {
@@ -176,8 +180,8 @@ func Waiters(ctx context.Context, cfg WaitersConfig, progress io.Writer) (Waiter
 	return res, nil
 }
 
-// maxAnswer bounds what Waiters reads of a long poll's answer (an order's
-// JSON: a few kilobytes at most).
+// maxAnswer bounds what the bench reads of an order's answer to a poll or a
+// long poll (an order's JSON: a few kilobytes at most).
 const maxAnswer = 1 << 20
 
 // maxMetrics bounds the /metrics page readMetrics reads.
@@ -199,12 +203,9 @@ func readMetrics(ctx context.Context, client *http.Client, url string) (ServerMe
 	}
 	// The URL benchmarked may be anything: its /metrics is read only up
 	// to maxMetrics (orderly's are some tens of kilobytes).
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxMetrics+1))
+	b, err := readlimit.ReadAll(resp.Body, maxMetrics)
 	if err != nil {
 		return ServerMetrics{}, fmt.Errorf("/metrics: %w", err)
-	}
-	if len(b) > maxMetrics {
-		return ServerMetrics{}, fmt.Errorf("/metrics: more than %d bytes", maxMetrics)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))

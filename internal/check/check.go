@@ -26,6 +26,7 @@ import (
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/bench"
 	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/readlimit"
 )
 
 // Scenario is how a logical order's client behaves.
@@ -394,9 +395,9 @@ const maxResponse = 1 << 20
 // readResponse reads and closes resp's body, refusing one above maxResponse.
 func readResponse(resp *http.Response) ([]byte, error) {
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
-	if err == nil && len(b) > maxResponse {
-		err = fmt.Errorf("an answer of more than %d bytes", maxResponse)
+	b, err := readlimit.ReadAll(resp.Body, maxResponse)
+	if errors.Is(err, readlimit.ErrTooLarge) {
+		err = fmt.Errorf("an answer of %w", err)
 	}
 	return b, err
 }
