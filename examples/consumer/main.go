@@ -42,11 +42,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, denied := context.WithCancelCause(ctx)
+	defer denied(nil)
 	auth, err := nats.NkeyOptionFromSeed(*seed)
 	if err != nil {
 		log.Fatal(err)
 	}
-	opts := []nats.Option{nats.Name(*durable), auth, nats.CustomInboxPrefix(InboxPrefix)}
+	opts := []nats.Option{nats.Name(*durable), auth, nats.CustomInboxPrefix(InboxPrefix), nats.ErrorHandler(StopWhenDenied(denied))}
 	if *ca != "" {
 		opts = append(opts, nats.RootCAs(*ca))
 	}
@@ -96,11 +98,31 @@ func (m *MemorySeen) Seen(id string) bool { m.mu.Lock(); defer m.mu.Unlock(); re
 // Mark records id as handled.
 func (m *MemorySeen) Mark(id string) { m.mu.Lock(); defer m.mu.Unlock(); m.ids[id] = true }
 
+// StopWhenDenied is the connection's error handler: it ends the service's
+// context with a permissions violation as its cause, and logs other errors.
+// NATS refuses what a key may not do by an error on the connection only; the
+// refused request itself waits out its timeout and says nothing of why, and
+// a service that may not pull or ack its consumer would wait for events that
+// never come.
+func StopWhenDenied(stop context.CancelCauseFunc) nats.ErrHandler {
+	return func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			stop(err)
+			return
+		}
+		log.Printf("NATS: %v", err)
+	}
+}
+
 // Run consumes OrderCreated events with the durable consumer named durable until
 // ctx ends. handle is called once per event; when it fails the event is naked
-// and comes again. Events already seen are acked without calling handle.
+// and comes again. Events already seen are acked without calling handle. When
+// ctx ends for a permissions violation (StopWhenDenied), Run's error says so.
 func Run(ctx context.Context, js jetstream.JetStream, durable string, seen Seen, handle func(context.Context, events.OrderCreated) error) error {
 	cons, err := js.Consumer(ctx, events.EventStream, durable)
+	if denial := denied(ctx, durable); denial != nil {
+		return denial
+	}
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("%s has no consumer %s: orderly's operator makes it with: orderly events consumer add %s --type created", events.EventStream, durable, durable)
 	}
@@ -131,5 +153,18 @@ func Run(ctx context.Context, js jetstream.JetStream, durable string, seen Seen,
 	<-ctx.Done()
 	cc.Drain()
 	<-cc.Closed()
+	if denial := denied(ctx, durable); denial != nil {
+		return denial
+	}
 	return ctx.Err()
+}
+
+// denied is the error of a service whose context a permissions violation
+// ended, or nil.
+func denied(ctx context.Context, durable string) error {
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, nats.ErrPermissionViolation) {
+		return nil
+	}
+	return fmt.Errorf("consumer %s: NATS refused this key (%w): a service's own key (orderly credentials service add NAME) reaches only the consumer NAME, and events.nk no consumer of a service that has a key of its own", durable, cause)
 }

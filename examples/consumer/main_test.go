@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,5 +137,62 @@ func TestRunNamesTheMissingConsumer(t *testing.T) {
 	err := Run(ctx, eventsUser(t, inst), "shipping", NewMemorySeen(), func(context.Context, events.OrderCreated) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "orderly events consumer add shipping") {
 		t.Fatalf("Run without its consumer: %v, want an error naming orderly events consumer add shipping", err)
+	}
+}
+
+// TestRunNamesTheRefusedKey: a service that binds with a key that may not use
+// its consumer (a service's own key on another service's consumer, the shared
+// events user on a consumer whose service has a key of its own) is told at
+// once that NATS refused the key, not after the request's 5 s timeout as
+// "context deadline exceeded".
+func TestRunNamesTheRefusedKey(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	// The operator gave billing a key of its own before orderly started
+	// (NATS loads a service's account when it starts).
+	creds := natsauth.Credentials{Dir: filepath.Join(cfg.DataDir, "credentials")}
+	if err := creds.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if err := creds.AddService("billing"); err != nil {
+		t.Fatal(err)
+	}
+	inst := orderlytest.Start(t, cfg)
+	for _, name := range []string{"billing", "shipping"} {
+		c, err := jsstore.EventsConsumerConfig(name, events.KindCreated, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inst.JetStream(t).CreateConsumer(context.Background(), events.EventStream, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ seed, durable string }{
+		{creds.ServiceSeedPath("billing"), "shipping"},
+		{creds.SeedPath(natsauth.Events), "billing"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, denied := context.WithCancelCause(ctx)
+		auth, err := nats.NkeyOptionFromSeed(tc.seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(inst.NATSURL(), auth, nats.CustomInboxPrefix(InboxPrefix), nats.ErrorHandler(StopWhenDenied(denied)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		begin := time.Now()
+		err = Run(ctx, js, tc.durable, NewMemorySeen(), func(context.Context, events.OrderCreated) error { return nil })
+		took := time.Since(begin)
+		nc.Close()
+		denied(nil)
+		cancel()
+		if err == nil || !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "consumer "+tc.durable+": NATS refused this key") || took > 2*time.Second {
+			t.Errorf("%s on consumer %s: %v after %v, want at once an error that NATS refused the key", filepath.Base(tc.seed), tc.durable, err, took)
+		}
 	}
 }
