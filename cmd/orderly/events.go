@@ -192,6 +192,7 @@ type EventsTailCmd struct {
 	Last   *int          `name:"last" short:"n" xor:"start" placeholder:"N" help:"Only the last N matching events (then, with --follow, the new ones); 0 with --follow prints only new events."`
 	Follow bool          `name:"follow" short:"f" help:"Keep printing new events until interrupted."`
 	JSON   bool          `name:"json" help:"Print each event as stored (CloudEvents JSON), one per line (compacted, with characters that could control a terminal escaped)."`
+	Read   string        `name:"read" default:"auto" enum:"auto,consumer,sequence" help:"How to read ORDER_EVENTS: consumer (an ordered consumer, which the operator's key may create), sequence (each event by its sequence, asking for new ones every 200 ms: all that a key that only reads ORDER_EVENTS may do), or auto: sequence for the events user's key (events.nk) and services' own keys (services/NAME.nk), else consumer."`
 }
 
 // Run prints the events.
@@ -200,7 +201,10 @@ func (c *EventsTailCmd) Run(g *globals) error {
 	if err != nil {
 		return err
 	}
-	opts := tail.Options{Kind: kind, Since: c.Since, Follow: c.Follow, JSON: c.JSON}
+	opts := tail.Options{Kind: kind, Since: c.Since, Follow: c.Follow, JSON: c.JSON, BySequence: c.Read == "sequence"}
+	if c.Read == "auto" {
+		opts.BySequence = readsOnly(c.creds().NkeyFile)
+	}
 	if c.Last != nil {
 		if *c.Last < 0 {
 			return fmt.Errorf("--last %d: N must be 0 or more", *c.Last)
@@ -217,6 +221,17 @@ func (c *EventsTailCmd) Run(g *globals) error {
 		return nil
 	}
 	return err
+}
+
+// readsOnly says whether the nkey seed at path is one that may read
+// ORDER_EVENTS but not create consumers on it: the events user's
+// (events.nk) or a consumer service's own (services/NAME.nk), by the names
+// orderly gives them.
+func readsOnly(path string) bool {
+	if path == "" {
+		return false
+	}
+	return filepath.Base(path) == natsauth.SeedFile(natsauth.Events) || filepath.Base(filepath.Dir(path)) == natsauth.ServicesDir
 }
 
 // ToolNATS locates orderly's NATS for the tools an operator runs.

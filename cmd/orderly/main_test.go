@@ -556,11 +556,18 @@ func TestOperatorTools(t *testing.T) {
 		// nats.go's default handler wrote each one again ("... on connection [N]").
 		t.Errorf("status as the events user names the violation %d times, want once:\n%s", n, out)
 	}
-	// events tail takes the end of its context for an interrupt (exit 0);
-	// ended by a violation, it fails with it.
-	tail := exec.Command(bin, "events", "tail", "--nats-url", "nats://"+natsListen, "--nats-nkey", filepath.Join(dir, "credentials", "events.nk"))
+	// events tail as the events user reads by sequence (--read auto): the
+	// events, without a consumer it may not create.
+	tail := exec.Command(bin, "events", "tail", "-n", "1", "--nats-url", "nats://"+natsListen, "--nats-nkey", filepath.Join(dir, "credentials", "events.nk"))
+	if out, err := tail.CombinedOutput(); err != nil || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), " created ") {
+		t.Errorf("events tail -n 1 as the events user: %v, want the last event\n%s", err, out)
+	}
+	// Told to read through a consumer, it may not: events tail takes the end
+	// of its context for an interrupt (exit 0); ended by a violation, it
+	// fails with it.
+	tail = exec.Command(bin, "events", "tail", "--read", "consumer", "--nats-url", "nats://"+natsListen, "--nats-nkey", filepath.Join(dir, "credentials", "events.nk"))
 	if out, err := tail.CombinedOutput(); err == nil || !strings.Contains(string(out), "stopped: the NATS user may not do this (nats: permissions violation") {
-		t.Errorf("events tail as the events user: %v\n%s", err, out)
+		t.Errorf("events tail --read consumer as the events user: %v\n%s", err, out)
 	}
 	if out, err := tool("dlq", "list"); err != nil || !strings.Contains(out, "no dead letters") {
 		t.Errorf("dlq list: %v\n%s", err, out)

@@ -38,12 +38,18 @@ type Options struct {
 	Follow bool
 	// JSON prints each event as stored, one per line; otherwise a summary line.
 	JSON bool
+	// BySequence reads each event by its sequence instead of through a
+	// consumer: what a user may do that may only read ORDER_EVENTS (the
+	// events user, a service's own key), not create consumers on it.
+	// Follow then asks for new events every 200 ms.
+	BySequence bool
 }
 
 // Tail prints the matching events to w. Without Follow it returns once the
 // events stored when it started are printed, also while new ones keep
 // coming. It reads through an ordered consumer (ephemeral, no acks), so it
-// never disturbs other consumers, and deletes it when it returns. Once ctx
+// never disturbs other consumers, and deletes it when it returns; or, with
+// BySequence, by getting each message, which creates nothing. Once ctx
 // ends it returns within a moment, also while NATS cannot make the
 // consumer again (a cluster without a leader).
 func Tail(ctx context.Context, js jetstream.JetStream, opts Options, w io.Writer) (int, error) {
@@ -117,10 +123,10 @@ func (g *gate) close() int {
 
 // read prints the matching events to out: Tail's work.
 func read(ctx context.Context, js jetstream.JetStream, opts Options, out *gate) error {
-	filter := events.EventSubjects
-	if opts.Kind != "" {
-		filter = events.KindSubjects(opts.Kind)
+	if opts.BySequence {
+		return readBySequence(ctx, js, opts, out)
 	}
+	filter := filterOf(opts)
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if opts.NewOnly {
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy

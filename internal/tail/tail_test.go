@@ -26,12 +26,22 @@ import (
 
 func TestTail(t *testing.T) {
 	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			testTail(t, m)
+		})
+	}
+}
+
+func testTail(t *testing.T, m mode) {
 	inst := orderlytest.Start(t, orderlytest.Config(t))
+	r := m.reader(t, inst)
 	js := inst.JetStream(t)
 	ctx := context.Background()
 
 	var empty bytes.Buffer
-	if n, err := tail.Tail(ctx, js, tail.Options{}, &empty); err != nil || n != 0 || empty.Len() != 0 {
+	if n, err := tail.Tail(ctx, r, m.opts(tail.Options{}), &empty); err != nil || n != 0 || empty.Len() != 0 {
 		t.Fatalf("empty stream: %d %v %q", n, err, empty.String())
 	}
 	for i, body := range [][]byte{orderlytest.Order("c-1"), orderlytest.Order("c-2"),
@@ -57,7 +67,7 @@ func TestTail(t *testing.T) {
 	}
 	for _, tc := range cases {
 		var out bytes.Buffer
-		n, err := tail.Tail(ctx, js, tc.opts, &out)
+		n, err := tail.Tail(ctx, r, m.opts(tc.opts), &out)
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 		if err != nil || n != tc.lines || len(lines) != tc.lines || !strings.Contains(out.String(), tc.want) {
 			t.Fatalf("%s: %d lines, %v:\n%s", tc.name, n, err, out.String())
@@ -69,7 +79,7 @@ func TestTail(t *testing.T) {
 	var out orderlytest.Buffer
 	done := make(chan error, 1)
 	go func() {
-		_, err := tail.Tail(fctx, js, tail.Options{Follow: true, Kind: events.KindCreated}, &out)
+		_, err := tail.Tail(fctx, r, m.opts(tail.Options{Follow: true, Kind: events.KindCreated}), &out)
 		done <- err
 	}()
 	inst.PostOrder(t, "tail-new", orderlytest.Order("c-new"))
@@ -88,17 +98,17 @@ func TestTail(t *testing.T) {
 
 	// NewOnly (tail -n 0): nothing stored; with Follow, only what comes after.
 	var none bytes.Buffer
-	if n, err := tail.Tail(ctx, js, tail.Options{NewOnly: true}, &none); err != nil || n != 0 || none.Len() != 0 {
+	if n, err := tail.Tail(ctx, r, m.opts(tail.Options{NewOnly: true}), &none); err != nil || n != 0 || none.Len() != 0 {
 		t.Fatalf("new only, no follow: %d %v %q", n, err, none.String())
 	}
-	if _, err := tail.Tail(ctx, js, tail.Options{NewOnly: true, Follow: true, Since: time.Hour}, &none); err == nil {
+	if _, err := tail.Tail(ctx, r, m.opts(tail.Options{NewOnly: true, Follow: true, Since: time.Hour}), &none); err == nil {
 		t.Fatal("new only with since: no error")
 	}
 	nctx, ncancel := context.WithCancel(ctx)
 	var fresh orderlytest.Buffer
 	ndone := make(chan error, 1)
 	go func() {
-		_, err := tail.Tail(nctx, js, tail.Options{NewOnly: true, Follow: true}, &fresh)
+		_, err := tail.Tail(nctx, r, m.opts(tail.Options{NewOnly: true, Follow: true}), &fresh)
 		ndone <- err
 	}()
 	// The consumer may start after the post: post until one shows.
@@ -166,6 +176,36 @@ func TestTailPrintsHostileEventsSafely(t *testing.T) {
 	}
 }
 
+// mode is a way tail reads: through an ordered consumer, as the operator;
+// or by sequence, as the events user, who may not create consumers.
+type mode struct {
+	name       string
+	bySequence bool
+}
+
+var modes = []mode{{"consumer", false}, {"by sequence", true}}
+
+// reader is the connection the mode's tail reads with.
+func (m mode) reader(t *testing.T, inst *orderlytest.Instance) jetstream.JetStream {
+	t.Helper()
+	if !m.bySequence {
+		return inst.JetStream(t)
+	}
+	js, err := jsstore.DialJetStream(inst.NATSURL(), jsstore.Credentials{
+		NkeyFile: inst.Creds.SeedPath(natsauth.Events), InboxPrefix: natsauth.InboxPrefix(natsauth.Events)}, "tail-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(js.Conn().Close)
+	return js
+}
+
+// opts are o for the mode.
+func (m mode) opts(o tail.Options) tail.Options {
+	o.BySequence = m.bySequence
+	return o
+}
+
 // publishEvents stores count events of kind directly, with subjects e-<from>
 // onwards, so that their order is visible in the summaries.
 func publishEvents(t *testing.T, js jetstream.JetStream, from, count int, kind events.Kind) {
@@ -227,13 +267,23 @@ func (w *writeHook) Write(p []byte) (int, error) {
 // behind on the server.
 func TestTailStopsAtTheEventsStoredWhenItStarted(t *testing.T) {
 	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			testTailStopsAtTheEventsStoredWhenItStarted(t, m)
+		})
+	}
+}
+
+func testTailStopsAtTheEventsStoredWhenItStarted(t *testing.T, m mode) {
 	inst := orderlytest.Start(t, orderlytest.Config(t))
+	r := m.reader(t, inst)
 	js := inst.JetStream(t)
 	publishEvents(t, js, 0, 1200, events.KindCreated)
 	before := consumers(t, js)
 
 	w := &writeHook{hook: func() { publishEvents(t, js, 1200, 300, events.KindCreated) }}
-	n, err := tail.Tail(context.Background(), js, tail.Options{}, w)
+	n, err := tail.Tail(context.Background(), r, m.opts(tail.Options{}), w)
 	got := subjects(w.String())
 	if err != nil || n != 1200 || len(got) != 1200 || got[0] != "e-00000" || got[1199] != "e-01199" {
 		t.Fatalf("printed %d events (%d lines, %v), want the 1,200 stored when it started; the last: %v",
@@ -249,9 +299,19 @@ func TestTailStopsAtTheEventsStoredWhenItStarted(t *testing.T) {
 // the tail returns once nothing it may print is left.
 func TestTailEndsWhenTheCountedEventsAreGone(t *testing.T) {
 	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			testTailEndsWhenTheCountedEventsAreGone(t, m)
+		})
+	}
+}
+
+func testTailEndsWhenTheCountedEventsAreGone(t *testing.T, m mode) {
 	cfg := orderlytest.Config(t)
 	cfg.Topology.DedupWindow, cfg.Topology.ResultTTL, cfg.Topology.EventRetention = 200*time.Millisecond, time.Second, time.Second
 	inst := orderlytest.Start(t, cfg)
+	r := m.reader(t, inst)
 	js := inst.JetStream(t)
 	publishEvents(t, js, 0, 3000, events.KindCreated)
 	// At the first line, wait until every stored event has expired; what
@@ -263,7 +323,7 @@ func TestTailEndsWhenTheCountedEventsAreGone(t *testing.T) {
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := tail.Tail(ctx, js, tail.Options{}, w)
+	n, err := tail.Tail(ctx, r, m.opts(tail.Options{}), w)
 	if err != nil || n == 0 || n >= 3000 {
 		t.Fatalf("printed %d of the 3,000 counted events, %v; want those delivered before they expired, then the end", n, err)
 	}
@@ -271,11 +331,21 @@ func TestTailEndsWhenTheCountedEventsAreGone(t *testing.T) {
 
 // TestTailLast: --last N prints the last N matching events, of a kind too,
 // where they are scattered over a larger stream; with --follow the new events
-// after them. (Tail reads with an ordered consumer, which it creates: it
-// needs a user that may, the operator, not the events user.)
+// after them. In both modes: through a consumer (the operator) and by
+// sequence (the events user).
 func TestTailLast(t *testing.T) {
 	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			testTailLast(t, m)
+		})
+	}
+}
+
+func testTailLast(t *testing.T, m mode) {
 	inst := orderlytest.Start(t, orderlytest.Config(t))
+	r := m.reader(t, inst)
 	js := inst.JetStream(t)
 	operator := js // publishes the events tail reads
 	ctx := context.Background()
@@ -292,9 +362,9 @@ func TestTailLast(t *testing.T) {
 	run := func(opts tail.Options, want ...string) {
 		t.Helper()
 		var out bytes.Buffer
-		n, err := tail.Tail(ctx, js, opts, &out)
+		n, err := tail.Tail(ctx, r, m.opts(opts), &out)
 		if got := subjects(out.String()); err != nil || n != len(want) || !slices.Equal(got, want) {
-			t.Fatalf("%+v: %d events, %v: %v, want %v", opts, n, err, got, want)
+			t.Fatalf("%+v: %d events, %v: %v, want %v", m.opts(opts), n, err, got, want)
 		}
 	}
 	run(tail.Options{Last: 3}, "e-00027", "e-00028", "e-00029")
@@ -319,8 +389,17 @@ func TestTailLast(t *testing.T) {
 		t.Errorf("ORDER_EVENTS has %d consumers after the tails, %d before", after, before)
 	}
 
+	// Since: the events stored in its last DURATION only (stored times are
+	// the server's).
+	time.Sleep(1500 * time.Millisecond)
+	publishEvents(t, operator, 430, 3, events.KindCreated)
+	run(tail.Options{Since: time.Second}, "e-00430", "e-00431", "e-00432")
+	run(tail.Options{Since: time.Second, Kind: events.KindRejected})
+	publishEvents(t, operator, 433, 1, events.KindRejected)
+	run(tail.Options{Since: time.Second, Kind: events.KindRejected}, "e-00433")
+
 	for _, bad := range []tail.Options{{Last: -1}, {Last: 2, Since: time.Hour}} {
-		if _, err := tail.Tail(ctx, js, bad, io.Discard); err == nil {
+		if _, err := tail.Tail(ctx, r, m.opts(bad), io.Discard); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
 	}
@@ -330,18 +409,18 @@ func TestTailLast(t *testing.T) {
 	var out orderlytest.Buffer
 	done := make(chan error, 1)
 	go func() {
-		_, err := tail.Tail(fctx, js, tail.Options{Last: 2, Kind: events.KindRejected, Follow: true}, &out)
+		_, err := tail.Tail(fctx, r, m.opts(tail.Options{Last: 2, Kind: events.KindRejected, Follow: true}), &out)
 		done <- err
 	}()
 	orderlytest.Eventually(t, 10*time.Second, "the last two", func() bool { return len(subjects(out.String())) == 2 })
-	publishEvents(t, operator, 430, 1, events.KindCreated)
-	publishEvents(t, operator, 431, 1, events.KindRejected)
+	publishEvents(t, operator, 434, 1, events.KindCreated)
+	publishEvents(t, operator, 435, 1, events.KindRejected)
 	orderlytest.Eventually(t, 10*time.Second, "the new rejected event", func() bool { return len(subjects(out.String())) == 3 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("follow ended with %v", err)
 	}
-	if got, want := subjects(out.String()), []string{"e-00026", "e-00029", "e-00431"}; !slices.Equal(got, want) {
+	if got, want := subjects(out.String()), []string{"e-00029", "e-00433", "e-00435"}; !slices.Equal(got, want) {
 		t.Errorf("follow printed %v, want %v", got, want)
 	}
 }
@@ -405,6 +484,10 @@ func TestTailAsTheEventsUserIsRefused(t *testing.T) {
 // consumer again, ends within a moment of its interrupt. nats.go's ordered
 // consumer makes it again under a lock that stopping the iterator waits
 // for, pausing up to 10 s between attempts (docs/nats-facts.md, fact 17).
+// A tail by sequence (the events user) ends as soon: its gets of a
+// replicated stream go to the leader (no direct gets), and it asks again
+// while there is none. Before the outage, it reads the stored events that
+// way.
 func TestFollowEndsAtOnceInAnOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops two nodes of a cluster; run without -short")
@@ -413,33 +496,56 @@ func TestFollowEndsAtOnceInAnOutage(t *testing.T) {
 	cluster := orderlytest.Cluster(t, 3)
 	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
 	js := cluster.Operator("tail")
+	eventsUser, err := jsstore.DialJetStream(cluster.URLs(), jsstore.Credentials{
+		NkeyFile: cluster.Creds.SeedPath(natsauth.Events), InboxPrefix: natsauth.InboxPrefix(natsauth.Events)}, "tail-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eventsUser.Conn().Close)
+	publishEvents(t, js, 0, 5, events.KindCreated)
+	var stored bytes.Buffer
+	if n, err := tail.Tail(context.Background(), eventsUser, tail.Options{Last: 2, BySequence: true}, &stored); err != nil || n != 2 ||
+		!slices.Equal(subjects(stored.String()), []string{"e-00003", "e-00004"}) {
+		t.Fatalf("the last two by sequence on R3: %d, %v:\n%s", n, err, stored.String())
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out orderlytest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		_, err := tail.Tail(ctx, js, tail.Options{Follow: true}, &out)
-		done <- err
-	}()
+	readers := []struct {
+		js   jetstream.JetStream
+		opts tail.Options
+	}{{js, tail.Options{Follow: true, NewOnly: true}}, {eventsUser, tail.Options{Follow: true, NewOnly: true, BySequence: true}}}
+	outs := make([]orderlytest.Buffer, len(readers))
+	done := make(chan error, len(readers))
+	for i, r := range readers {
+		go func() {
+			_, err := tail.Tail(ctx, r.js, r.opts, &outs[i])
+			done <- err
+		}()
+	}
 	cluster.StopFeedAndQuorum(t, js, events.EventStream)
 	// nats.go notices at once that the connection moved, and is then
 	// between attempts whose pauses grow to 10 s.
 	time.Sleep(5 * time.Second)
 	began := time.Now()
 	cancel()
-	select {
-	case err := <-done:
-		took := time.Since(began)
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("tail ended with %v, want context.Canceled", err)
+	for range readers {
+		select {
+		case err := <-done:
+			took := time.Since(began)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("tail ended with %v, want context.Canceled", err)
+			}
+			if took > 2*time.Second {
+				t.Fatalf("tail ended %s after its context, want within 2 s", took.Round(time.Millisecond))
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("tail still runs 30 s after its context ended")
 		}
-		if took > 2*time.Second {
-			t.Fatalf("tail ended %s after its context, want within 2 s", took.Round(time.Millisecond))
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("tail still runs 30 s after its context ended")
 	}
-	if out.String() != "" {
-		t.Errorf("tail printed %q from an empty stream", out.String())
+	for i := range outs {
+		if outs[i].String() != "" {
+			t.Errorf("tail %+v printed %q, with no new event", readers[i].opts, outs[i].String())
+		}
 	}
 }
