@@ -184,6 +184,10 @@ type Problem struct {
 func (p *Problem) Error() string {
 	s := fmt.Sprintf("%d %s: %s", p.Status, p.Code, p.Detail)
 	for _, e := range p.Errors {
+		if e.Field == "" { // the body as a whole
+			s += "; " + e.Reason
+			continue
+		}
 		s += fmt.Sprintf("; %s %s", e.Field, e.Reason)
 	}
 	return s

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -340,5 +341,20 @@ func TestRetryAfter(t *testing.T) {
 	}
 	if k, l := NewKey(), NewKey(); len(k) != 26 || k == l {
 		t.Errorf("keys %q and %q, want two different ones of 26 characters", k, l)
+	}
+}
+
+// TestProblemMessage: a problem reads as its status, code and detail, then
+// each error as "field reason", or only the reason for one about the body
+// as a whole (field "": it printed with two spaces before it).
+func TestProblemMessage(t *testing.T) {
+	var p Problem
+	body := `{"status":400,"code":"invalid_request","detail":"the order has 2 error(s)","errors":[{"field":"","reason":"the body must be a JSON object"},{"field":"items[0].sku","reason":"must not be empty"}]}`
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatal(err)
+	}
+	want := "400 invalid_request: the order has 2 error(s); the body must be a JSON object; items[0].sku must not be empty"
+	if got := p.Error(); got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
