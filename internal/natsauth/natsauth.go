@@ -372,7 +372,10 @@ func newSeed(path string) error {
 	return nil
 }
 
-// writeFile writes data to path atomically (a temporary file renamed).
+// writeFile writes data to path atomically (a temporary file renamed) and
+// durably: the file is synced before the rename, and its directory after,
+// so that a power loss leaves the old file or the new one, never an empty
+// one (which Init would keep as an existing secret) or none.
 func writeFile(path string, data []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
@@ -387,10 +390,22 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 		tmp.Close()
 		return err
 	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
 }
 
 // SeedPath is the path of user's seed file.
