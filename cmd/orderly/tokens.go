@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+
+	"github.com/orderly-dev/orderly/internal/filesync"
 )
 
 // TokensCmd groups the tools for the API's tokens.
@@ -87,19 +89,9 @@ func addToken(path, tenant string, random io.Reader) (string, error) {
 		return "", fmt.Errorf("tokens file: %w", err)
 	}
 	if len(old) == 0 {
-		if err := syncDir(filepath.Dir(path)); err != nil {
+		if err := filesync.SyncDir(filepath.Dir(path)); err != nil {
 			return "", fmt.Errorf("tokens file: %w", err)
 		}
 	}
 	return token, nil
-}
-
-// syncDir fsyncs directory dir, so that a file created in it keeps its name.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

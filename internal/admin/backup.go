@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/filesync"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 )
 
@@ -47,7 +48,10 @@ type Progress func(stream string, done, total uint64)
 // Backup snapshots every stream of orderly, with its consumers, into dir
 // (one directory per stream, JetStream's own snapshot format, checked by the
 // server as it is taken and read back from the disk after) and writes the
-// manifest last: a directory without a manifest is not a backup. Taken while
+// manifest last: a directory without a manifest is not a backup. Each
+// stream's files are synced before the manifest is written, and the
+// manifest before Backup returns, so that a power loss after it leaves the
+// whole backup (filesync). Taken while
 // orderly runs, each stream is a consistent snapshot of itself, which the
 // manifest counts; the streams are taken one after the other.
 func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (Manifest, error) {
@@ -75,6 +79,10 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (
 		if err := ownerOnly(sdir); err != nil {
 			return m, fmt.Errorf("back up %s: %w", name, err)
 		}
+		// On the disk before the manifest says the backup is whole.
+		if err := filesync.SyncFiles(sdir); err != nil {
+			return m, fmt.Errorf("back up %s: %w", name, err)
+		}
 		// The manifest counts what the snapshot holds, read back from the
 		// disk: a stream that took messages since its state was last read
 		// (orderly runs during a backup) is counted as it was snapshotted.
@@ -85,7 +93,7 @@ func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (
 		m.Streams = append(m.Streams, StreamManifest{Name: name, Messages: info.Messages, Bytes: info.Bytes, FirstSeq: firstSeq(info), LastSeq: lastSeq(info)})
 	}
 	b, _ := json.MarshalIndent(m, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, ManifestFile), append(b, '\n'), 0o600); err != nil {
+	if err := filesync.WriteFile(filepath.Join(dir, ManifestFile), append(b, '\n'), 0o600); err != nil {
 		return m, err
 	}
 	return m, nil

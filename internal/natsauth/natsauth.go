@@ -52,6 +52,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/filesync"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 )
 
@@ -287,7 +288,7 @@ func (c Credentials) Init() error {
 	if err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(c.Dir, ConfigFile), []byte(conf), 0o644)
+	return filesync.WriteFile(filepath.Join(c.Dir, ConfigFile), []byte(conf), 0o644)
 }
 
 // initRoute creates the route password if it is missing, and writes the
@@ -299,7 +300,7 @@ func (c Credentials) initRoute() error {
 			return fmt.Errorf("credentials: %w", err)
 		}
 		// Hex: it goes into URLs and a config file without escaping.
-		if err := writeFile(c.RoutePasswordPath(), []byte(hex.EncodeToString(secret)+"\n"), 0o600); err != nil {
+		if err := filesync.WriteFile(c.RoutePasswordPath(), []byte(hex.EncodeToString(secret)+"\n"), 0o600); err != nil {
 			return fmt.Errorf("credentials: %w", err)
 		}
 	}
@@ -320,7 +321,7 @@ func (c Credentials) initRoute() error {
 	conf := fmt.Sprintf("# Written by orderly (internal/natsauth): who may open a route to this node.\n"+
 		"# Include it in the cluster block of every node; the password is %s beside it.\n"+
 		"authorization {\n  user: %s\n  password: %q\n}\n", RoutePasswordFile, RouteUser, hash)
-	return writeFile(c.RouteConfigPath(), []byte(conf), 0o644)
+	return filesync.WriteFile(c.RouteConfigPath(), []byte(conf), 0o644)
 }
 
 // routeHash reads the bcrypt hash of a route fragment.
@@ -366,46 +367,10 @@ func newSeed(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFile(path, seed, 0o600); err != nil {
+	if err := filesync.WriteFile(path, seed, 0o600); err != nil {
 		return fmt.Errorf("credentials: %w", err)
 	}
 	return nil
-}
-
-// writeFile writes data to path atomically (a temporary file renamed) and
-// durably: the file is synced before the rename, and its directory after,
-// so that a power loss leaves the old file or the new one, never an empty
-// one (which Init would keep as an existing secret) or none.
-func writeFile(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
 }
 
 // SeedPath is the path of user's seed file.
@@ -659,6 +624,11 @@ func (c Credentials) RemoveService(name string) error {
 	} else if err != nil {
 		return fmt.Errorf("credentials: %w", err)
 	}
+	// The removal survives a power loss: the configuration is made from
+	// the seeds there are, so a seed back from the dead is a key back in it.
+	if err := filesync.SyncDir(filepath.Dir(c.ServiceSeedPath(name))); err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
 	return c.writeConfig()
 }
 
@@ -667,7 +637,7 @@ func (c Credentials) writeConfig() error {
 	if err != nil {
 		return err
 	}
-	return writeFile(c.ConfigPath(), []byte(conf), 0o644)
+	return filesync.WriteFile(c.ConfigPath(), []byte(conf), 0o644)
 }
 
 // ServicePermissions are what consumer service name's user may publish and

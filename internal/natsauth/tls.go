@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/orderly-dev/orderly/internal/filesync"
 )
 
 // The TLS of a deployed cluster (deploy/nats/node.conf, ADR 0025): a CA of
@@ -201,7 +203,7 @@ func (c Credentials) newCA() (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	if err := writeKey(c.TLSPath(TLSCAKeyFile), key); err != nil {
 		return nil, nil, err
 	}
-	if err := writeFile(c.TLSPath(TLSCAFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := filesync.WriteFile(c.TLSPath(TLSCAFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return nil, nil, fmt.Errorf("credentials: %w", err)
 	}
 	return ca, key, nil
@@ -235,7 +237,7 @@ func (c Credentials) newNodeCert(ca *x509.Certificate, caKey *ecdsa.PrivateKey, 
 	if err := writeKey(c.TLSPath(TLSNodeKeyFile), key); err != nil {
 		return time.Time{}, err
 	}
-	if err := writeFile(c.TLSPath(TLSNodeFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := filesync.WriteFile(c.TLSPath(TLSNodeFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return time.Time{}, fmt.Errorf("credentials: %w", err)
 	}
 	return tmpl.NotAfter, nil
@@ -254,7 +256,7 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 	if err != nil {
 		return fmt.Errorf("credentials: %w", err)
 	}
-	if err := writeFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := filesync.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		return fmt.Errorf("credentials: %w", err)
 	}
 	return nil

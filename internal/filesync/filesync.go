@@ -1,0 +1,82 @@
+// Package filesync writes the files orderly keeps outside NATS (secrets,
+// configuration fragments, a backup's manifest) so that they survive a
+// power loss once the call returns: synced before a rename makes them
+// visible, and their directory synced after, so that the name stays too.
+// A new file renamed into place unsynced can be empty after a power loss on
+// ext4 and others: the rename reaches the disk before the data.
+//
+// It imports nothing of orderly.
+package filesync
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// WriteFile writes data to path with mode (umask not applied) atomically
+// and durably: a reader, and the disk after a power loss, sees the old file
+// or the whole new one, never a part.
+func WriteFile(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename: nothing to remove
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(mode)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	return SyncDir(dir)
+}
+
+// SyncDir syncs directory dir, so that the names of the files created,
+// renamed or removed in it survive a power loss.
+func SyncDir(dir string) error { return syncPath(dir) }
+
+// SyncFiles syncs every regular file directly in dir, then dir itself: what
+// another writer (a library) put there is then on the disk.
+func SyncFiles(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if err := syncPath(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return SyncDir(dir)
+}
+
+// syncPath syncs the file or directory at path.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return nil
+}
