@@ -66,12 +66,11 @@ func (h *handlers) createOrder(c *gin.Context) {
 		writeProblem(c, p)
 		return
 	}
-	req, ferrs := DecodeOrder(body)
+	req, ferrs, total := decodeOrder(body)
 	if ferrs != nil {
-		detail := fmt.Sprintf("the order has %d error(s); nothing was stored, so a corrected request may reuse the key", len(ferrs))
-		if len(ferrs) > MaxFieldErrors {
-			detail = fmt.Sprintf("the order has %d errors, the first %d are listed; nothing was stored, so a corrected request may reuse the key", len(ferrs), MaxFieldErrors)
-			ferrs = ferrs[:MaxFieldErrors]
+		detail := fmt.Sprintf("the order has %d error(s); nothing was stored, so a corrected request may reuse the key", total)
+		if total > len(ferrs) {
+			detail = fmt.Sprintf("the order has %d errors, the first %d are listed; nothing was stored, so a corrected request may reuse the key", total, len(ferrs))
 		}
 		p := problem.New(http.StatusBadRequest, problem.CodeInvalid, "Invalid request", detail)
 		p.Errors = ferrs

@@ -15,7 +15,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
-	gojson "github.com/goccy/go-json"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsonr"
@@ -29,9 +28,9 @@ const (
 	MaxSKULen        = 64
 )
 
-// DecodeOrder decodes (go-json) and validates the body of POST /v1/orders. It returns
-// every field error it finds, not only the first: a malformed body is a single
-// error on the field "". Field names match exactly (case matters) and unknown
+// DecodeOrder decodes and validates the body of POST /v1/orders. It returns
+// the field errors it finds, not only the first (up to MaxFieldErrors, the
+// most a problem lists): a malformed body is a single error on the field "". Field names match exactly (case matters) and unknown
 // fields are errors, so that a typo is not silently ignored.
 //
 // The body must be I-JSON (RFC 7493), because the fingerprint is computed
@@ -42,8 +41,15 @@ const (
 // A valid order is decoded in one pass (decodeValid); any other body is
 // decoded again, field by field, for the list of what is wrong.
 func DecodeOrder(body []byte) (events.OrderRequest, []problem.FieldError) {
+	req, errs, _ := decodeOrder(body)
+	return req, errs
+}
+
+// decodeOrder is DecodeOrder that also says how many errors body has:
+// errs holds the first MaxFieldErrors of them.
+func decodeOrder(body []byte) (req events.OrderRequest, errs []problem.FieldError, total int) {
 	if req, ok := decodeValid(body); ok {
-		return req, nil
+		return req, nil, 0
 	}
 	return decodeChecked(body)
 }
@@ -221,70 +227,131 @@ func readInteger(d *jsontext.Decoder, min int64) (int64, bool) {
 	return n, ok && n >= min
 }
 
-// decodeChecked decodes body field by field and reports every problem.
-func decodeChecked(body []byte) (events.OrderRequest, []problem.FieldError) {
+// decodeChecked decodes body field by field and reports what is wrong: the
+// first MaxFieldErrors errors, and how many there are in all. It holds no
+// more than those errors and the known fields' values: a body of thousands
+// of unknown fields, which a client may send, is read name by name without
+// keeping them (BenchmarkDecodeRefusedBodies).
+func decodeChecked(body []byte) (events.OrderRequest, []problem.FieldError, int) {
 	var req events.OrderRequest
 	if fe := strictJSON(body); fe != nil {
-		return req, []problem.FieldError{*fe}
+		return req, []problem.FieldError{*fe}, 1
 	}
-	var fields map[string]json.RawMessage
-	if err := jsonr.Unmarshal(body, &fields); err != nil {
-		return req, []problem.FieldError{{Field: "", Reason: jsonReason(err, body)}}
-	}
-	if fields == nil { // the body was null
-		return req, []problem.FieldError{{Field: "", Reason: "the body must be a JSON object, not null"}}
+	// body is one valid I-JSON value.
+	switch b := bytes.TrimLeft(body, jsonSpace); b[0] {
+	case 'n':
+		return req, []problem.FieldError{{Field: "", Reason: "the body must be a JSON object, not null"}}, 1
+	case '{':
+	default:
+		return req, []problem.FieldError{{Field: "", Reason: "the body must be a JSON object"}}, 1
 	}
 	d := decoder{}
-	d.unknown("", fields, "customer_id", "currency", "items", "total")
-	req.CustomerID = d.text("customer_id", fields["customer_id"], MaxCustomerIDLen)
+	dec := checkedDecoder(body)
+	fields := d.object(dec, "", "customer_id", "currency", "items", "total")
+	req.CustomerID = d.text("customer_id", fields[0], MaxCustomerIDLen)
 	// No length bound of its own: a code of the wrong length is told the rule.
-	req.Currency = d.text("currency", fields["currency"], math.MaxInt)
+	req.Currency = d.text("currency", fields[1], math.MaxInt)
 	if req.Currency != "" && !isCurrency(req.Currency) {
 		d.fail("currency", "must be an ISO 4217 code: three upper-case letters such as EUR")
 	}
-	req.Items = d.items(fields["items"])
-	if raw, ok := fields["total"]; ok && !isNull(raw) {
+	req.Items = d.items(fields[2])
+	if raw := fields[3]; raw != nil && !isNull(raw) {
 		if t, ok := d.integer("total", raw, 0); ok {
 			req.Total = &t
 		}
 	}
-	if len(d.errs) == 0 {
+	if d.total == 0 {
 		if _, err := req.Sum(); err != nil {
 			d.fail("items", "the sum of quantity*unit_price does not fit in a 64-bit integer")
 		}
 	}
-	if len(d.errs) > 0 {
-		return events.OrderRequest{}, d.errs
+	if d.total > 0 {
+		return events.OrderRequest{}, d.errs, d.total
 	}
-	return req, nil
+	return req, nil, 0
 }
 
-type decoder struct{ errs []problem.FieldError }
-
-func (d *decoder) fail(field, reason string) {
-	d.errs = append(d.errs, problem.FieldError{Field: field, Reason: reason})
-}
-
-// unknown reports the fields of obj that are not known, in name order.
-func (d *decoder) unknown(prefix string, obj map[string]json.RawMessage, known ...string) {
-	var names []string
-	for name := range obj {
-		if !slices.Contains(known, name) {
-			names = append(names, name)
+// knownIndex is the index of name in known, or -1.
+func knownIndex(known []string, name []byte) int {
+	for k, n := range known {
+		if n == string(name) { // compared without a copy
+			return k
 		}
 	}
-	slices.Sort(names)
-	for _, name := range names {
+	return -1
+}
+
+// checkedDecoder reads a part of a body that strictJSON found valid: its
+// names were checked for duplicates there already.
+func checkedDecoder(b []byte) *jsontext.Decoder {
+	return jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true))
+}
+
+// decoder collects the errors of decodeChecked: the first MaxFieldErrors,
+// and how many in all.
+type decoder struct {
+	errs  []problem.FieldError
+	total int
+	name  []byte // a member's name, unquoted
+}
+
+func (d *decoder) fail(field, reason string) {
+	d.total++
+	if len(d.errs) < MaxFieldErrors {
+		d.errs = append(d.errs, problem.FieldError{Field: field, Reason: reason})
+	}
+}
+
+// object reads the object dec is at (of a valid I-JSON body) and returns
+// the values of the known names, in their order (nil for one not given).
+// Each other name is an error, "unknown field", reported in name order; of
+// those only the ones the listed errors can hold are kept, and the rest
+// counted.
+func (d *decoder) object(dec *jsontext.Decoder, prefix string, known ...string) []json.RawMessage {
+	values := make([]json.RawMessage, len(known))
+	room := max(0, MaxFieldErrors-len(d.errs))
+	var listed []string // the first room unknown names in name order, sorted
+	unknown := 0
+	if _, err := dec.ReadToken(); err != nil { // '{'
+		return values
+	}
+	for dec.PeekKind() == '"' {
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return values
+		}
+		d.name, err = jsontext.AppendUnquote(d.name[:0], raw)
+		if err != nil {
+			return values
+		}
+		value, err := dec.ReadValue()
+		if err != nil {
+			return values
+		}
+		if k := knownIndex(known, d.name); k >= 0 {
+			values[k] = json.RawMessage(slices.Clone(value))
+			continue
+		}
+		unknown++
+		if len(listed) == room && (room == 0 || string(d.name) >= listed[room-1]) {
+			continue
+		}
+		at, _ := slices.BinarySearch(listed, string(d.name))
+		if len(listed) == room {
+			listed = listed[:room-1]
+		}
+		listed = slices.Insert(listed, at, string(d.name))
+	}
+	_, _ = dec.ReadToken() // '}'
+	for _, name := range listed {
 		reason := "unknown field"
-		// Only for the errors a problem lists: a body of thousands of
-		// unknown fields is not worth a hint each.
-		if len(d.errs) < MaxFieldErrors {
-			if k := spelledLike(name, known); k != "" {
-				reason += "; did you mean " + k + "?"
-			}
+		if k := spelledLike(name, known); k != "" {
+			reason += "; did you mean " + k + "?"
 		}
 		d.fail(prefix+plainName(name), reason)
 	}
+	d.total += unknown - len(listed)
+	return values
 }
 
 // spelledLike names the known field that name spells another way, in
@@ -413,47 +480,54 @@ func (d *decoder) items(raw json.RawMessage) []events.Item {
 		d.fail("items", "is required")
 		return nil
 	}
-	var list []map[string]json.RawMessage
-	if err := jsonr.Unmarshal(raw, &list); err != nil {
+	n, ok := countObjects(raw)
+	switch {
+	case !ok:
 		d.fail("items", "must be an array of objects")
 		return nil
-	}
-	switch {
-	case len(list) == 0:
+	case n == 0:
 		d.fail("items", "must hold at least one item")
 		return nil
-	case len(list) > MaxItems:
+	case n > MaxItems:
 		d.fail("items", fmt.Sprintf("must hold at most %d items", MaxItems))
 		return nil
 	}
-	items := make([]events.Item, len(list))
-	for i, f := range list {
+	items := make([]events.Item, n)
+	dec := checkedDecoder(raw)
+	_, _ = dec.ReadToken() // '['
+	for i := range items {
 		p := "items[" + strconv.Itoa(i) + "]"
-		if f == nil {
+		if dec.PeekKind() == 'n' {
+			_, _ = dec.ReadToken()
 			d.fail(p, "must be an object")
 			continue
 		}
-		d.unknown(p+".", f, "sku", "quantity", "unit_price")
-		items[i].SKU = d.text(p+".sku", f["sku"], MaxSKULen)
-		items[i].Quantity, _ = d.integer(p+".quantity", f["quantity"], 1)
-		items[i].UnitPrice, _ = d.integer(p+".unit_price", f["unit_price"], 0)
+		f := d.object(dec, p+".", "sku", "quantity", "unit_price")
+		items[i].SKU = d.text(p+".sku", f[0], MaxSKULen)
+		items[i].Quantity, _ = d.integer(p+".quantity", f[1], 1)
+		items[i].UnitPrice, _ = d.integer(p+".unit_price", f[2], 0)
 	}
 	return items
 }
 
-func jsonReason(err error, body []byte) string {
-	if b := bytes.TrimLeft(body, jsonSpace); len(b) > 0 && b[0] != '{' && b[0] != 'n' {
-		return "the body must be a JSON object"
+// countObjects counts the elements of the JSON array raw (valid I-JSON); ok
+// is false when raw is not an array, or holds an element that is neither an
+// object nor null.
+func countObjects(raw json.RawMessage) (n int, ok bool) {
+	dec := checkedDecoder(raw)
+	if t, err := dec.ReadToken(); err != nil || t.Kind() != '[' {
+		return 0, false
 	}
-	var syn *gojson.SyntaxError
-	if errors.As(err, &syn) {
-		msg := strings.TrimPrefix(syn.Error(), "json: ")
-		if strings.Contains(msg, "unexpected end of JSON input") {
-			msg = "unexpected end of JSON input"
+	for dec.PeekKind() != ']' {
+		if k := dec.PeekKind(); k != '{' && k != 'n' {
+			return 0, false
 		}
-		return fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, msg)
+		if err := dec.SkipValue(); err != nil {
+			return 0, false
+		}
+		n++
 	}
-	return "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")
+	return n, true
 }
 
 // jsonSpace is the white space JSON allows between tokens.
