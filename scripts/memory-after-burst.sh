@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 ORDERS=${1:-300000}; shift $(( $# < 1 ? $# : 1 ))
 HTTP=127.0.0.1:18570
 
-"$work/orderly" serve --data-dir "$work/data" --http-addr "$HTTP" --nats-listen "" --log-level debug "$@" >"$work/serve.log" 2>&1 &
+"$bin" serve --data-dir "$work/data" --http-addr "$HTTP" --nats-listen "" --log-level debug "$@" >"$work/serve.log" 2>&1 &
 pid=$!
 wait_ready "$HTTP"
 rss() {
@@ -25,7 +25,7 @@ rss() {
   for p in $pid $(pgrep -P "$pid" || true); do kib=$(( kib + $(awk '/^VmRSS/{print $2}' "/proc/$p/status") )); done
   echo "$(( kib >> 10 )) MiB"
 }
-"$work/orderly" bench --url "http://$HTTP" -n "$ORDERS" -d 0 -c 64 --async 2>/dev/null
+"$bin" bench --url "http://$HTTP" -n "$ORDERS" -d 0 -c 64 --async 2>/dev/null
 echo "RSS at the end of the load: $(rss)"
 prev=0
 for t in 15 30 60 120 150 180; do

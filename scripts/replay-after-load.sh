@@ -52,7 +52,7 @@ LUA
 wrkload() { echo "$1: $(env "${@:3}" wrk -t2 -c64 -d"$2"s -s "$work/load.lua" "http://$HTTP/v1/orders" | tail -1)"; }
 
 launched=$(date +%s.%N)
-GODEBUG=gctrace=1 "$work/orderly" serve --data-dir "$work/data" --http-addr "$HTTP" --nats-listen "" "$@" >"$work/serve.log" 2>&1 &
+GODEBUG=gctrace=1 "$bin" serve --data-dir "$work/data" --http-addr "$HTTP" --nats-listen "" "$@" >"$work/serve.log" 2>&1 &
 pid=$!
 wait_ready "$HTTP"
 if [ -n "${WRK:-}" ]; then
@@ -68,11 +68,11 @@ if [ -n "${WRK:-}" ]; then
 else
   if [ "$LOAD" != 0 ]; then
     echo "loading: ${LOAD} s sync, then ${LOAD} s async"
-    "$work/orderly" bench --url "http://$HTTP" -d "${LOAD}s" --warmup 0 2>/dev/null | tail -1
-    "$work/orderly" bench --url "http://$HTTP" -d "${LOAD}s" --warmup 0 --async 2>/dev/null | tail -1
+    "$bin" bench --url "http://$HTTP" -d "${LOAD}s" --warmup 0 2>/dev/null | tail -1
+    "$bin" bench --url "http://$HTTP" -d "${LOAD}s" --warmup 0 --async 2>/dev/null | tail -1
   fi
   echo "replaying: 10 s, a line every 250 ms"
-  "$work/orderly" bench --url "http://$HTTP" -d 10s --warmup 0 --mix replay:100 --replay-keys 64 \
+  "$bin" bench --url "http://$HTTP" -d 10s --warmup 0 --mix replay:100 --replay-keys 64 \
     --progress-every 250ms --json >"$work/replay.json" 2>"$work/replay.progress"
   cat "$work/replay.progress"
   started=$(date -d "$(sed -n 's/.*"started": *"\([^"]*\)".*/\1/p' "$work/replay.json" | head -1)" +%s.%N)

@@ -6,9 +6,11 @@
 #   . scripts/serve.sh "$@"
 #
 # Answers -h and --help with the calling script's leading comment and exits.
-# Otherwise builds orderly into a fresh temporary directory, $work
-# ($work/orderly), and on exit stops the process whose ID the script keeps
-# in $pid (its orderly serve) and removes $work. wait_ready ADDR waits up to
+# Otherwise makes a fresh temporary directory, $work, and $bin, the orderly
+# to run: ORDERLY_BIN when it is set (a build of another commit, to compare),
+# else one built from this checkout into $work/orderly. On exit it stops the
+# process whose ID the script keeps in $pid (its orderly serve) and removes
+# $work. wait_ready ADDR waits up to
 # 20 s for that serve's /readyz on ADDR, and fails with its log
 # ($work/serve.log) when it does not come.
 
@@ -22,7 +24,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-go build -o "$work/orderly" ./cmd/orderly
+bin=${ORDERLY_BIN:-$work/orderly}
+[ -n "${ORDERLY_BIN:-}" ] || go build -o "$bin" ./cmd/orderly
 
 wait_ready() {
   for _ in $(seq 100); do
