@@ -13,7 +13,7 @@ import (
 
 // CheckCmd is orderly check.
 type CheckCmd struct {
-	URL string `name:"url" env:"ORDERLY_CHECK_URL" default:"http://127.0.0.1:8080" help:"Base URL of the orderly API under test."`
+	URLs []string `name:"url" env:"ORDERLY_CHECK_URL" default:"http://127.0.0.1:8080" help:"Base URL of the orderly API under test. Several (comma-separated, or the flag repeated) take the requests in turn, as behind a load balancer, so that a client's retry may reach another API than its first attempt."`
 	ToolNATS
 	Tenant         string        `name:"tenant" default:"default" help:"Tenant of --token (idempotency keys are scoped by it)."`
 	Token          string        `name:"token" env:"ORDERLY_CHECK_TOKEN" help:"Bearer token, when the API has tokens configured."`
@@ -35,7 +35,7 @@ func (c *CheckCmd) Run(g *globals) error {
 		return err
 	}
 	cfg := check.Config{
-		URL: strings.TrimRight(c.URL, "/"), NATSURL: c.NATSURL, NATSCredentials: c.creds(), Tenant: c.Tenant, Token: c.Token,
+		URLs: trimSlashes(c.URLs), NATSURL: c.NATSURL, NATSCredentials: c.creds(), Tenant: c.Tenant, Token: c.Token,
 		Clients: c.Clients, Duration: c.Duration, Orders: c.Orders, RetryDelay: c.RetryDelay,
 		Settle: c.Settle, Weights: weights, RequestTimeout: c.RequestTimeout, Progress: os.Stderr,
 	}
@@ -45,7 +45,7 @@ func (c *CheckCmd) Run(g *globals) error {
 	if err := cfg.Validate(); err != nil {
 		return err // before the banner: nothing is checked
 	}
-	fmt.Fprintf(os.Stderr, "checking %s with %d clients\n", cfg.URL, cfg.Clients)
+	fmt.Fprintf(os.Stderr, "checking %s with %d clients\n", strings.Join(cfg.URLs, ", "), cfg.Clients)
 	rep, err := check.Run(g.ctx, cfg)
 	if err != nil {
 		return err
@@ -91,4 +91,13 @@ func parseWeights(s string) (map[check.Scenario]int, error) {
 		out[check.Scenario(name)] = n
 	}
 	return out, nil
+}
+
+// trimSlashes is urls without their trailing slashes.
+func trimSlashes(urls []string) []string {
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = strings.TrimRight(u, "/")
+	}
+	return out
 }

@@ -55,9 +55,12 @@ var Scenarios = []Scenario{Sync, Async, Burst, Delayed, Changed, Drop, Reject}
 
 // Config configures a check run.
 type Config struct {
-	// URL is the orderly API; NATSURL its NATS, for reading ORDER_EVENTS,
-	// with NATSCredentials.
-	URL, NATSURL    string
+	// URLs are the orderly APIs: the requests go to each in turn, as a
+	// load balancer would send them, so a retry may reach another API than
+	// the attempt before it. NATSURL is their NATS, for reading
+	// ORDER_EVENTS, with NATSCredentials.
+	URLs            []string
+	NATSURL         string
 	NATSCredentials jsstore.Credentials
 	// Tenant is the tenant of Token (keys are scoped by it); "default" without tokens.
 	Tenant, Token string
@@ -83,8 +86,13 @@ type Config struct {
 // Validate reports every problem with c.
 func (c Config) Validate() error {
 	var errs []error
-	if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
-		errs = append(errs, fmt.Errorf("url %q must start with http:// or https://", c.URL))
+	if len(c.URLs) == 0 {
+		errs = append(errs, errors.New("the URL of at least one API is needed"))
+	}
+	for _, u := range c.URLs {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			errs = append(errs, fmt.Errorf("url %q must start with http:// or https://", u))
+		}
 	}
 	if c.NATSURL == "" {
 		errs = append(errs, errors.New("the NATS URL is needed to read ORDER_EVENTS"))
@@ -114,6 +122,8 @@ func (c Config) Validate() error {
 
 // Attempt is one HTTP request of a logical order.
 type Attempt struct {
+	// API is the URL the request was sent to.
+	API      string        `json:"api"`
 	Status   int           `json:"status"` // 0: no answer
 	Err      string        `json:"error,omitempty"`
 	Dropped  bool          `json:"dropped,omitempty"`
@@ -171,6 +181,12 @@ type runner struct {
 	orders   []*Order
 	mu       sync.Mutex
 	started  atomic.Int64
+	sent     atomic.Uint64 // requests, for the next API in turn
+}
+
+// url is the API of the next request.
+func (r *runner) url() string {
+	return r.cfg.URLs[(r.sent.Add(1)-1)%uint64(len(r.cfg.URLs))]
 }
 
 // Run runs the workload and the checks.
@@ -350,7 +366,8 @@ func (r *runner) post(ctx context.Context, o *Order, body []byte, prefer string,
 	if drop {
 		rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { cancel() }})
 	}
-	req, _ := http.NewRequestWithContext(rctx, http.MethodPost, r.cfg.URL+"/v1/orders", bytes.NewReader(body))
+	target := r.url()
+	req, _ := http.NewRequestWithContext(rctx, http.MethodPost, target+"/v1/orders", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", o.Key)
 	if prefer != "" {
@@ -361,7 +378,7 @@ func (r *runner) post(ctx context.Context, o *Order, body []byte, prefer string,
 	}
 	t0 := time.Now()
 	resp, err := r.client.Do(req)
-	a := Attempt{Changed: changed, Dropped: drop}
+	a := Attempt{API: target, Changed: changed, Dropped: drop}
 	if err == nil {
 		a.body, err = readResponse(resp)
 	}
@@ -405,7 +422,7 @@ func readResponse(resp *http.Response) ([]byte, error) {
 // poll long-polls the order until it is decided or the deadline passes.
 func (r *runner) poll(ctx context.Context, o *Order, loc string) (string, []byte) {
 	for ctx.Err() == nil && time.Now().Before(r.deadline) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.URL+loc+"?wait=5s", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.url()+loc+"?wait=5s", nil)
 		if r.cfg.Token != "" {
 			req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
 		}
@@ -481,17 +498,19 @@ func sortedKeys[V any](m map[string]V) []string {
 func preflight(ctx context.Context, client *http.Client, cfg Config) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+"/healthz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("cannot reach the API at %s: %w", cfg.URL, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("the API at %s answers /healthz with %d", cfg.URL, resp.StatusCode)
+	for _, u := range cfg.URLs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/healthz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("cannot reach the API at %s: %w", u, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("the API at %s answers /healthz with %d", u, resp.StatusCode)
+		}
 	}
 	if err := pingEvents(ctx, cfg); err != nil {
 		return fmt.Errorf("cannot read ORDER_EVENTS at %s: %w", jsstore.Redact(cfg.NATSURL), err)

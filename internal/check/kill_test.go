@@ -49,7 +49,7 @@ func kill9MidLoad(t *testing.T, bin, orderIDs, fsync string) {
 	done := make(chan result, 1)
 	go func() {
 		rep, err := check.Run(context.Background(), check.Config{
-			URL: p.URL, NATSURL: fmt.Sprintf("nats://127.0.0.1:%d", natsPort), Clients: 12,
+			URLs: []string{p.URL}, NATSURL: fmt.Sprintf("nats://127.0.0.1:%d", natsPort), Clients: 12,
 			NATSCredentials: jsstore.Credentials{NkeyFile: filepath.Join(dataDir, "credentials", natsauth.SeedFile(natsauth.Operator))},
 			Duration:        12 * time.Second, RetryDelay: 3 * time.Second, Settle: 40 * time.Second,
 			RequestTimeout: 5 * time.Second,

@@ -83,16 +83,20 @@ func TestVerifyFindsEachViolation(t *testing.T) {
 // at once, not after the workload.
 func TestRunFailsFastWithoutTheAPIOrNATS(t *testing.T) {
 	t.Parallel()
-	cfg := Config{URL: "http://127.0.0.1:1", NATSURL: "nats://127.0.0.1:1", Clients: 1, Duration: time.Minute, Settle: time.Minute, RequestTimeout: time.Second}
-	begin := time.Now()
-	_, err := Run(context.Background(), cfg)
-	if err == nil || !strings.Contains(err.Error(), "cannot reach the API") || time.Since(begin) > 10*time.Second {
-		t.Fatalf("no API: %v after %s", err, time.Since(begin))
-	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
 	defer srv.Close()
-	cfg.URL = srv.URL
-	_, err = Run(context.Background(), cfg)
+	cfg := Config{NATSURL: "nats://127.0.0.1:1", Clients: 1, Duration: time.Minute, Settle: time.Minute, RequestTimeout: time.Second}
+	begin := time.Now()
+	// Every API is asked, the second of two as well.
+	for _, urls := range [][]string{{"http://127.0.0.1:1"}, {srv.URL, "http://127.0.0.1:1"}} {
+		cfg.URLs = urls
+		_, err := Run(context.Background(), cfg)
+		if err == nil || !strings.Contains(err.Error(), "cannot reach the API at http://127.0.0.1:1") || time.Since(begin) > 10*time.Second {
+			t.Fatalf("no API at %v: %v after %s", urls, err, time.Since(begin))
+		}
+	}
+	cfg.URLs = []string{srv.URL}
+	_, err := Run(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "cannot read ORDER_EVENTS") || time.Since(begin) > 20*time.Second {
 		t.Fatalf("no NATS: %v after %s", err, time.Since(begin))
 	}
@@ -113,7 +117,7 @@ func TestAnswersAreBounded(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	r := &runner{cfg: Config{URL: srv.URL}, client: srv.Client(), deadline: time.Now().Add(time.Minute)}
+	r := &runner{cfg: Config{URLs: []string{srv.URL}}, client: srv.Client(), deadline: time.Now().Add(time.Minute)}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	a := r.post(context.Background(), &Order{Key: "k"}, []byte(`{}`), "", false, false)

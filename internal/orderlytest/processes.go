@@ -87,6 +87,9 @@ type ProcessCluster struct {
 	args  [][]string
 	mu    sync.Mutex
 	procs []*exec.Cmd
+	// links[i][j] carries the routes node i dials to node j, when the
+	// cluster was started with StartPartitionableCluster.
+	links [][]*Proxy
 }
 
 // StartProcessCluster starts len(ports.Client) nats-server processes with
@@ -94,19 +97,53 @@ type ProcessCluster struct {
 // Extra arguments (a config file, say) are passed to every node.
 func StartProcessCluster(t testing.TB, ports Ports, extra ...string) *ProcessCluster {
 	t.Helper()
+	return startProcessCluster(t, ports, false, extra)
+}
+
+// StartPartitionableCluster is StartProcessCluster with every route through
+// a proxy of its own (one for each direction of each pair of nodes), so that
+// Partition can cut a node off from the others while its clients still
+// reach it. The nodes advertise no route address (an unreachable one), so
+// that no route is made around the proxies.
+func StartPartitionableCluster(t testing.TB, ports Ports, extra ...string) *ProcessCluster {
+	t.Helper()
+	return startProcessCluster(t, ports, true, extra)
+}
+
+func startProcessCluster(t testing.TB, ports Ports, proxied bool, extra []string) *ProcessCluster {
+	t.Helper()
 	bin := NATSServerBinary(t)
 	n := len(ports.Client)
 	c := &ProcessCluster{Creds: NewCredentials(t), t: t, ports: ports, args: make([][]string, n), procs: make([]*exec.Cmd, n)}
+	if proxied {
+		c.links = make([][]*Proxy, n)
+		for i := range c.links {
+			c.links[i] = make([]*Proxy, n)
+			for j := range c.links[i] {
+				if j != i {
+					c.links[i][j] = NewProxy(t, fmt.Sprintf("127.0.0.1:%d", ports.Route[j]))
+				}
+			}
+		}
+	}
 	for i := 0; i < n; i++ {
 		var routes []string
 		for j := 0; j < n; j++ {
-			if j != i {
+			switch {
+			case j == i:
+			case proxied:
+				routes = append(routes, "nats-route://"+strings.TrimPrefix(c.links[i][j].URL(), "nats://"))
+			default:
 				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports.Route[j]))
 			}
 		}
-		c.args[i] = append([]string{bin, "--config", c.Creds.ConfigPath(), "--name", NodeName(i), "--addr", "127.0.0.1", "--port", fmt.Sprint(ports.Client[i]),
+		c.args[i] = []string{bin, "--config", c.Creds.ConfigPath(), "--name", NodeName(i), "--addr", "127.0.0.1", "--port", fmt.Sprint(ports.Client[i]),
 			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", ports.Route[i]), "--cluster_name", "orderly-test",
-			"--routes", strings.Join(routes, ","), "--jetstream", "--store_dir", t.TempDir()}, extra...)
+			"--routes", strings.Join(routes, ","), "--jetstream", "--store_dir", t.TempDir()}
+		if proxied {
+			c.args[i] = append(c.args[i], "--cluster_advertise", "127.0.0.1:1")
+		}
+		c.args[i] = append(c.args[i], extra...)
 	}
 	register(ports.URLs(), c.Creds)
 	for i := range c.args {
@@ -176,6 +213,11 @@ func (c *ProcessCluster) waitJetStream() {
 // URLs are the nodes' client URLs, comma-separated.
 func (c *ProcessCluster) URLs() string { return c.ports.URLs() }
 
+// NodeURL is node i's client URL alone.
+func (c *ProcessCluster) NodeURL(i int) string {
+	return fmt.Sprintf("nats://127.0.0.1:%d", c.ports.Client[i])
+}
+
 // Kill kills node i with SIGKILL (again is a no-op).
 func (c *ProcessCluster) Kill(i int) {
 	c.mu.Lock()
@@ -185,6 +227,34 @@ func (c *ProcessCluster) Kill(i int) {
 	if cmd != nil {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_ = cmd.Wait()
+	}
+}
+
+// Partition cuts node i off from the other nodes: whatever either side
+// sends on a route between them is dropped, with no error and no close (a
+// network that loses every packet), until Heal. Its clients still reach it.
+func (c *ProcessCluster) Partition(i int) {
+	c.t.Helper()
+	for j := range c.links {
+		if j != i {
+			for _, p := range []*Proxy{c.links[i][j], c.links[j][i]} {
+				p.Add(c.t, "partition-up", "timeout", "upstream", map[string]any{"timeout": 0})
+				p.Add(c.t, "partition-down", "timeout", "downstream", map[string]any{"timeout": 0})
+			}
+		}
+	}
+}
+
+// Heal ends Partition(i).
+func (c *ProcessCluster) Heal(i int) {
+	c.t.Helper()
+	for j := range c.links {
+		if j != i {
+			for _, p := range []*Proxy{c.links[i][j], c.links[j][i]} {
+				p.Remove(c.t, "partition-up")
+				p.Remove(c.t, "partition-down")
+			}
+		}
 	}
 }
 

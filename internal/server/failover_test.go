@@ -176,7 +176,7 @@ func TestFailoverUnderCheck(t *testing.T) {
 	}
 	checked := make(chan result, 1)
 	go func() {
-		rep, err := check.Run(context.Background(), check.Config{URL: a.URL, NATSURL: cluster.URLs(), NATSCredentials: a.Operator(), Clients: 4,
+		rep, err := check.Run(context.Background(), check.Config{URLs: []string{a.URL}, NATSURL: cluster.URLs(), NATSCredentials: a.Operator(), Clients: 4,
 			Duration: 45 * time.Second, Settle: 60 * time.Second, RequestTimeout: 30 * time.Second})
 		checked <- result{rep, err}
 	}()

@@ -201,6 +201,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		s.wg.Add(2)
 		go s.watchStore()
 		go s.watchServer()
+	} else {
+		s.wg.Add(1)
+		go s.leaveACutOffNode(js)
 	}
 	if s.guard != nil {
 		s.registry.MustRegister(
