@@ -102,6 +102,33 @@ func (h *WriteHealth) record(err error) {
 	h.lastFail, h.lastErr = now, err
 }
 
+// Follow makes each reconnect of nc clear a failure recorded before it:
+// the failure was the old connection's, which may have been to a server that
+// hung or lost its cluster, and without a write after the reconnect it would
+// keep the process not ready for Forget. If NATS still fails, the next write
+// says so again. Follow ends when nc is closed.
+func (h *WriteHealth) Follow(nc *nats.Conn) {
+	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	go func() {
+		for st := range ch {
+			if st == nats.CLOSED {
+				nc.RemoveStatusListener(ch)
+				return
+			}
+			h.reconnected(time.Now())
+		}
+	}()
+}
+
+// reconnected clears a failure recorded before at.
+func (h *WriteHealth) reconnected(at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lastFail.Before(at) {
+		h.lastOK = at
+	}
+}
+
 // Check is nil unless the last write failed for want of NATS, recently.
 func (h *WriteHealth) Check(context.Context) error {
 	forget := h.Forget

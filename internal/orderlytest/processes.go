@@ -230,6 +230,27 @@ func (c *ProcessCluster) Kill(i int) {
 	}
 }
 
+// Freeze stops node i's process with SIGSTOP, as a host that hangs: its
+// connections stay open and nothing answers on them, and a new connection
+// gets no greeting. Thaw, Kill or the test's end ends it.
+func (c *ProcessCluster) Freeze(i int) { c.signal(i, syscall.SIGSTOP) }
+
+// Thaw lets a frozen node i run again (SIGCONT).
+func (c *ProcessCluster) Thaw(i int) { c.signal(i, syscall.SIGCONT) }
+
+func (c *ProcessCluster) signal(i int, sig syscall.Signal) {
+	c.t.Helper()
+	c.mu.Lock()
+	cmd := c.procs[i]
+	c.mu.Unlock()
+	if cmd == nil {
+		c.t.Fatalf("node %d is not running", i)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // Partition cuts node i off from the other nodes: whatever either side
 // sends on a route between them is dropped, with no error and no close (a
 // network that loses every packet), until Heal. Its clients still reach it.

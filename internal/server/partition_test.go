@@ -49,6 +49,13 @@ func watchReadiness(url string) *readiness {
 	return r
 }
 
+// sofar are the samples so far.
+func (r *readiness) sofar() []sample {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]sample(nil), r.samples...)
+}
+
 func (r *readiness) end() []sample {
 	close(r.stop)
 	<-r.done

@@ -153,6 +153,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	if err != nil {
 		return nil, err
 	}
+	s.writes.Follow(s.nc)
 	s.registry.MustRegister(newTLSExpiry(s.nc))
 	if s.ns != nil && cfg.MinFreeSpace > 0 {
 		abs, _ := filepath.Abs(cfg.DataDir)

@@ -1,0 +1,63 @@
+package server_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/internal/natsauth"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// TestNodeThatStopsAnsweringIsLeft: the NATS node an API is connected to
+// hangs (its process stopped with SIGSTOP, as a frozen host, or one whose
+// network drops every byte): nothing closes the API's connection, and
+// nothing comes back on it. The API notices within 15 s (its pings go
+// unanswered: 5 s apart, two outstanding at most), connects to another node
+// of the cluster (its server pool has the nodes the cluster told it of), and
+// is ready and takes orders again within 45 s: its feed's consumer is made
+// again by nats.go's ordered consumer, whose attempt sent to the hung node
+// waits out its 10 s first (measured: ready 25 s after the hang). With
+// nats.go's default pings (2 minutes apart, stale after the third) it waited
+// 4 to 6 minutes.
+func TestNodeThatStopsAnsweringIsLeft(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster and 30 s of waiting; run without -short")
+	}
+	t.Parallel()
+	cluster := orderlytest.StartProcessCluster(t, orderlytest.ClusterPorts(t, 3))
+	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
+	const hung = 0
+	cfg := orderlytest.Config(t)
+	orderlytest.Attach(&cfg, cluster.NodeURL(hung), cluster.Creds, natsauth.Serve)
+	api := orderlytest.Start(t, cfg)
+	if r := api.PostOrder(t, "before", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
+		t.Fatalf("before: %d %s", r.Status, r.Body)
+	}
+
+	ready := watchReadiness(api.URL)
+	at := time.Now()
+	cluster.Freeze(hung)
+	var back time.Time
+	for deadline := at.Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		samples := ready.sofar()
+		if notReady, ok := firstAfter(samples, at, false); ok {
+			if b, ok := firstAfter(samples, notReady, true); ok {
+				back = b
+				break
+			}
+		}
+	}
+	ready.end()
+	if back.IsZero() {
+		t.Fatal("the API was not ready again within 60 s of its node hanging")
+	}
+	if back.Sub(at) > 45*time.Second {
+		t.Fatalf("the API was ready again %s after its node hung, more than 45 s", back.Sub(at).Round(100*time.Millisecond))
+	}
+	t.Logf("the API ready again %s after its node hung", back.Sub(at).Round(100*time.Millisecond))
+	if r := api.PostOrder(t, "after", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
+		t.Fatalf("after: %d %s", r.Status, r.Body)
+	}
+	cluster.Thaw(hung) // for a quick end: the API's shutdown does not wait on the hung node
+}
