@@ -42,13 +42,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, denied := context.WithCancelCause(ctx)
-	defer denied(nil)
+	ctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
 	auth, err := nats.NkeyOptionFromSeed(*seed)
 	if err != nil {
 		log.Fatal(err)
 	}
-	opts := []nats.Option{nats.Name(*durable), auth, nats.CustomInboxPrefix(InboxPrefix), nats.ErrorHandler(StopWhenDenied(denied))}
+	opts := append(Options(end), nats.Name(*durable), auth)
 	if *ca != "" {
 		opts = append(opts, nats.RootCAs(*ca))
 	}
@@ -98,6 +98,36 @@ func (m *MemorySeen) Seen(id string) bool { m.mu.Lock(); defer m.mu.Unlock(); re
 // Mark records id as handled.
 func (m *MemorySeen) Mark(id string) { m.mu.Lock(); defer m.mu.Unlock(); m.ids[id] = true }
 
+// Options are the connection options of a service that consumes for as long
+// as it runs: it receives replies on the events user's inbox prefix, ends
+// (end) on a permissions violation (StopWhenDenied) or when the connection is
+// closed for good (it then exits, and its supervisor starts it again),
+// reconnects for ever (nats.go's default gives up after 60 tries, 2 minutes
+// of an outage, and the service would then wait for events that never come),
+// and pings its server every 5 s, so that a server that hangs without
+// closing the connection (a frozen host, a network that drops every byte) is
+// left within 15 s instead of nats.go's 4 to 6 minutes.
+func Options(end context.CancelCauseFunc) []nats.Option {
+	return []nats.Option{
+		nats.CustomInboxPrefix(InboxPrefix),
+		nats.ErrorHandler(StopWhenDenied(end)),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			err := nc.LastError()
+			if err == nil {
+				err = nats.ErrConnectionClosed
+			}
+			end(fmt.Errorf("%w: %w", errClosed, err))
+		}),
+		nats.MaxReconnects(-1),
+		nats.PingInterval(5 * time.Second),
+		nats.MaxPingsOutstanding(2),
+	}
+}
+
+// errClosed is the cause of a service's end when its connection was closed
+// for good.
+var errClosed = errors.New("the NATS connection was closed")
+
 // StopWhenDenied is the connection's error handler: it ends the service's
 // context with a permissions violation as its cause, and logs other errors.
 // NATS refuses what a key may not do by an error on the connection only; the
@@ -117,7 +147,8 @@ func StopWhenDenied(stop context.CancelCauseFunc) nats.ErrHandler {
 // Run consumes OrderCreated events with the durable consumer named durable until
 // ctx ends. handle is called once per event; when it fails the event is naked
 // and comes again. Events already seen are acked without calling handle. When
-// ctx ends for a permissions violation (StopWhenDenied), Run's error says so.
+// ctx ends for a permissions violation (StopWhenDenied) or a connection
+// closed for good (Options), Run's error says so.
 func Run(ctx context.Context, js jetstream.JetStream, durable string, seen Seen, handle func(context.Context, events.OrderCreated) error) error {
 	cons, err := js.Consumer(ctx, events.EventStream, durable)
 	if denial := denied(ctx, durable); denial != nil {
@@ -151,6 +182,10 @@ func Run(ctx context.Context, js jetstream.JetStream, durable string, seen Seen,
 		return err
 	}
 	<-ctx.Done()
+	if cause := context.Cause(ctx); errors.Is(cause, errClosed) {
+		cc.Stop() // nothing to drain: the connection is gone
+		return fmt.Errorf("consumer %s: %w", durable, cause)
+	}
 	cc.Drain()
 	<-cc.Closed()
 	if denial := denied(ctx, durable); denial != nil {

@@ -196,3 +196,86 @@ func TestRunNamesTheRefusedKey(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsKeepTheServiceConnected: the service reconnects for ever
+// (nats.go's default gives up after 60 tries, two minutes of an outage, and
+// the service then waited for events that never came) and pings its server
+// often enough to leave one that hangs within 15 s.
+func TestOptionsKeepTheServiceConnected(t *testing.T) {
+	o := nats.GetDefaultOptions()
+	for _, opt := range Options(func(error) {}) {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.MaxReconnect >= 0 {
+		t.Errorf("MaxReconnect %d: the service gives up reconnecting", o.MaxReconnect)
+	}
+	if stale := time.Duration(o.MaxPingsOut+1) * o.PingInterval; stale > 15*time.Second {
+		t.Errorf("pings every %s, %d outstanding: a hung server is left after %s", o.PingInterval, o.MaxPingsOut, stale)
+	}
+	if o.InboxPrefix != InboxPrefix || o.AsyncErrorCB == nil || o.ClosedCB == nil {
+		t.Errorf("inbox prefix %q, error handler %v, closed handler %v", o.InboxPrefix, o.AsyncErrorCB != nil, o.ClosedCB != nil)
+	}
+}
+
+// TestRunEndsWhenTheConnectionCloses: a connection closed for good (here by
+// the test; in a service, after a fatal error) ends Run at once with an
+// error that says so, so that the service exits for its supervisor to start
+// it again, instead of waiting for events that never come.
+func TestRunEndsWhenTheConnectionCloses(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	cfg, err := jsstore.EventsConsumerConfig("closing", events.KindCreated, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inst.JetStream(t).CreateConsumer(context.Background(), events.EventStream, cfg); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := nats.NkeyOptionFromSeed(inst.Creds.SeedPath(natsauth.Events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctx, end := context.WithCancelCause(ctx)
+	nc, err := nats.Connect(inst.NATSURL(), append(Options(end), auth)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, js, "closing", NewMemorySeen(), func(context.Context, events.OrderCreated) error {
+			select {
+			case handled <- struct{}{}:
+			default:
+			}
+			return nil
+		})
+	}()
+	if r := inst.PostOrder(t, "close-1", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", r.Status, r.Body)
+	}
+	select {
+	case <-handled: // consuming
+	case <-time.After(10 * time.Second):
+		t.Fatal("the order's event was not handled")
+	}
+	closed := time.Now()
+	nc.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errClosed) || !strings.Contains(err.Error(), "consumer closing: the NATS connection was closed") {
+			t.Errorf("Run: %v", err)
+		}
+		t.Logf("Run returned %s after the close: %v", time.Since(closed).Round(time.Millisecond), err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return within 5 s of its connection's close")
+	}
+}
