@@ -59,5 +59,12 @@ func TestNodeThatStopsAnsweringIsLeft(t *testing.T) {
 	if r := api.PostOrder(t, "after", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
 		t.Fatalf("after: %d %s", r.Status, r.Body)
 	}
+	// A reconnect, not a move: the hung node answered nothing at all.
+	if n := api.Metric(t, "orderly_nats_reconnects_total"); n < 1 {
+		t.Errorf("orderly_nats_reconnects_total %v", n)
+	}
+	if n := api.Metric(t, "orderly_nats_node_moves_total"); n != 0 {
+		t.Errorf("orderly_nats_node_moves_total %v", n)
+	}
 	cluster.Thaw(hung) // for a quick end: the API's shutdown does not wait on the hung node
 }

@@ -210,6 +210,12 @@ func TestPartitionUnderCheck(t *testing.T) {
 	if !moved {
 		t.Errorf("the cut-off API did not log its move:\n%s", logA.String())
 	}
+	if n := a.Metric(t, "orderly_nats_node_moves_total"); n < 1 {
+		t.Errorf("the cut-off API counts %v moves", n)
+	}
+	if n := b.Metric(t, "orderly_nats_node_moves_total"); n != 0 {
+		t.Errorf("the other API counts %v moves", n)
+	}
 
 	errs, slowFor, n := window(hits, cutAt, healAt)
 	t.Logf("the other API during the partition: %d probe requests, %d errors, slowed for %s", n, len(errs), slowFor.Round(100*time.Millisecond))

@@ -154,7 +154,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		return nil, err
 	}
 	s.writes.Follow(s.nc)
-	s.registry.MustRegister(newTLSExpiry(s.nc))
+	reconnects, moves := connectionMetrics(s.nc)
+	s.registry.MustRegister(newTLSExpiry(s.nc), reconnects, moves)
 	if s.ns != nil && cfg.MinFreeSpace > 0 {
 		abs, _ := filepath.Abs(cfg.DataDir)
 		if s.guard, err = jsstore.NewDiskGuard(jsstore.DiskGuardConfig{Dir: abs, Reserve: cfg.MinFreeSpace}); err != nil {
@@ -204,7 +205,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		go s.watchServer()
 	} else {
 		s.wg.Add(1)
-		go s.leaveACutOffNode(js)
+		go s.leaveACutOffNode(js, moves)
 	}
 	if s.guard != nil {
 		s.registry.MustRegister(
