@@ -16,48 +16,72 @@ import (
 // (jsstore.CutOff): longer than an election of the majority's nodes.
 const cutOffAfter = 10 * time.Second
 
-// leaveACutOffNode asks the NATS node every second whether JetStream is
-// available (an account info, which the node answers itself) and moves the
-// connection to another node of the cluster when the node has said for
-// cutOffAfter that it lost its cluster: a node cut off from the majority by
-// the network keeps its clients, which would stay not ready until the
-// network heals. Each move counts in moves.
+// silentAfter is how long the NATS node may leave the process's pings
+// unanswered before the process moves to another node.
+const silentAfter = 5 * time.Second
+
+// leaveACutOffNode pings the NATS node every second and asks it whether
+// JetStream is available (an account info, which the node answers itself),
+// and moves the connection to another node of the cluster when the node has
+// answered no ping for silentAfter (it hangs: a frozen host, a network that
+// drops every byte) or has said for cutOffAfter that it lost its cluster (a
+// node cut off from the majority by the network keeps its clients, which
+// would stay not ready until the network heals). A move is nats.go's
+// ForceReconnect, which also fails at once the requests still waiting on the
+// old connection (nats.go's own reconnect after unanswered pings leaves them
+// to their timeouts: the remaking of a feed's consumer waited 10 s for its
+// attempt). Each move counts in moves.
 func (s *Server) leaveACutOffNode(js jetstream.JetStream, moves prometheus.Counter) {
 	co := jsstore.CutOff{After: cutOffAfter}
+	var silentSince time.Time
+	move := func(why string, args ...any) {
+		url := s.nc.ConnectedUrlRedacted()
+		if len(s.nc.Servers()) < 2 {
+			s.logger.Warn(why+", and no other server is known to move to", append([]any{"url", url}, args...)...)
+			return
+		}
+		s.logger.Warn(why+": moving to another server", append([]any{"url", url}, args...)...)
+		if err := s.nc.ForceReconnect(); err != nil {
+			s.logger.Error("moving to another NATS server", "err", err)
+			return
+		}
+		moves.Inc()
+	}
 	s.every(time.Second, func() bool {
 		if !s.nc.IsConnected() {
+			silentSince = time.Time{}
 			return true
 		}
+		if err := s.nc.FlushTimeout(time.Second); err != nil {
+			now := time.Now()
+			if silentSince.IsZero() {
+				silentSince = now.Add(-time.Second) // the ping was sent a second ago
+			}
+			if now.Sub(silentSince) >= silentAfter {
+				silentSince = time.Time{}
+				move("the NATS server does not answer pings", "for", silentAfter, "err", err)
+			}
+			return true
+		}
+		silentSince = time.Time{}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := js.AccountInfo(ctx)
 		cancel()
-		if !co.Observe(err, time.Now()) {
-			return true
+		if co.Observe(err, time.Now()) {
+			move("the NATS server has lost its cluster", "for", cutOffAfter, "err", err)
 		}
-		url := s.nc.ConnectedUrlRedacted()
-		if len(s.nc.Servers()) < 2 {
-			s.logger.Warn("the NATS server has lost its cluster, and no other server is known to move to", "url", url, "for", cutOffAfter, "err", err)
-			return true
-		}
-		s.logger.Warn("the NATS server has lost its cluster: moving to another server", "url", url, "for", cutOffAfter, "err", err)
-		if err := s.nc.ForceReconnect(); err != nil {
-			s.logger.Error("moving to another NATS server", "err", err)
-			return true
-		}
-		moves.Inc()
 		return true
 	})
 }
 
-// connectionMetrics are the reconnects of nc (after a lost connection, a
-// server that stopped answering pings, or a move away from one that lost its
-// cluster) and the moves, which leaveACutOffNode counts; a process on an
+// connectionMetrics are the reconnects of nc (after a lost connection, or a
+// move) and the moves, which leaveACutOffNode counts; a process on an
 // embedded server, which never moves, exposes them at 0 too.
 func connectionMetrics(nc *nats.Conn) (reconnects prometheus.Collector, moves prometheus.Counter) {
 	reconnects = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "orderly_nats_reconnects_total",
-		Help: "Reconnects of the process's NATS connection: after a lost connection, a server that stopped answering pings, or a move away from a server that lost its cluster."},
+		Help: "Reconnects of the process's NATS connection: after a lost connection, or a move (orderly_nats_node_moves_total)."},
 		func() float64 { return float64(nc.Stats().Reconnects) })
 	moves = prometheus.NewCounter(prometheus.CounterOpts{Name: "orderly_nats_node_moves_total",
-		Help: "Moves of the NATS connection to another server because the one it was on had lost its cluster (ADR 0027)."})
+		Help: "Moves of the NATS connection to another server because the one it was on answered no ping for 5 s or had lost its cluster (ADR 0027)."})
 	return reconnects, moves
 }
