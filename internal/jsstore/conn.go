@@ -216,7 +216,9 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 		// A server that stops answering without closing the connection (its
 		// host lost power, or the network to it drops every byte) is left
 		// after three pings without an answer, 10 to 15 s, instead of nats.go's
-		// 4 to 6 minutes (pings 2 minutes apart).
+		// 4 to 6 minutes (pings 2 minutes apart). The server's watch of its
+		// node (internal/server, ADR 0027) leaves one sooner, after 5 s; this
+		// is the line behind it.
 		nats.PingInterval(pingInterval),
 		nats.MaxPingsOutstanding(2),
 		nats.ReconnectWait(250 * time.Millisecond),

@@ -10,7 +10,7 @@ import (
 // errCodeClusterNotAvailable is nats-server's answer to a JetStream request
 // while the node has had no meta leader for a while: "JetStream system
 // temporarily unavailable". A node cut off from its cluster's majority gives
-// it to every request (measured: 6 to 12 s after the cut), though the
+// it to every request (measured: from 6 to 17 s after the cut), though the
 // connection to it is healthy; a node of the majority gives it only during an
 // election, for a few seconds.
 const errCodeClusterNotAvailable = 10008

@@ -205,7 +205,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 		go s.watchServer()
 	} else {
 		s.wg.Add(1)
-		go s.leaveACutOffNode(js, moves)
+		go s.watchNATSNode(js, moves)
 	}
 	if s.guard != nil {
 		s.registry.MustRegister(

@@ -20,7 +20,7 @@ const cutOffAfter = 10 * time.Second
 // unanswered before the process moves to another node.
 const silentAfter = 5 * time.Second
 
-// leaveACutOffNode pings the NATS node every second and asks it whether
+// watchNATSNode pings the NATS node every second and asks it whether
 // JetStream is available (an account info, which the node answers itself),
 // and moves the connection to another node of the cluster when the node has
 // answered no ping for silentAfter (it hangs: a frozen host, a network that
@@ -31,7 +31,7 @@ const silentAfter = 5 * time.Second
 // old connection (nats.go's own reconnect after unanswered pings leaves them
 // to their timeouts: the remaking of a feed's consumer waited 10 s for its
 // attempt). Each move counts in moves.
-func (s *Server) leaveACutOffNode(js jetstream.JetStream, moves prometheus.Counter) {
+func (s *Server) watchNATSNode(js jetstream.JetStream, moves prometheus.Counter) {
 	co := jsstore.CutOff{After: cutOffAfter}
 	var silentSince time.Time
 	move := func(why string, args ...any) {
@@ -75,7 +75,7 @@ func (s *Server) leaveACutOffNode(js jetstream.JetStream, moves prometheus.Count
 }
 
 // connectionMetrics are the reconnects of nc (after a lost connection, or a
-// move) and the moves, which leaveACutOffNode counts; a process on an
+// move) and the moves, which watchNATSNode counts; a process on an
 // embedded server, which never moves, exposes them at 0 too.
 func connectionMetrics(nc *nats.Conn) (reconnects prometheus.Collector, moves prometheus.Counter) {
 	reconnects = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "orderly_nats_reconnects_total",
