@@ -13,15 +13,35 @@ import (
 // feed is a running ordered consumer that delivers what is stored from its
 // start on.
 type feed struct {
+	js     jetstream.JetStream
+	stream string
+	cfg    jetstream.OrderedConsumerConfig // with its start sequence (see follow)
+	h      func(jetstream.Msg)
+
+	// deliver is held while h runs and while the consumer is replaced, so
+	// that h is called from one goroutine at a time, in order, and never
+	// with a message of a replaced consumer.
+	deliver sync.Mutex
+	// gen counts the consumers (see replace); a message or an error of an
+	// earlier one is dropped.
+	gen atomic.Uint64
+	// last is the last message h was called with (under deliver): a
+	// replacement starts after its stream sequence.
+	last jetstream.Msg
+
 	mu       sync.Mutex
+	cons     jetstream.Consumer // nil after a replacement failed
+	cc       jetstream.ConsumeContext
 	failedAt time.Time
 	lastErr  error
 	lastMsg  time.Time
 	// remaking is when the watch began to wait for the consumer, zero while
 	// it does not wait (see watch).
 	remaking time.Time
-	stopped  atomic.Bool
-	done     chan struct{}
+	// replacedAt is when the last replacement was tried.
+	replacedAt time.Time
+	stopped    atomic.Bool
+	done       chan struct{}
 }
 
 // feedHeartbeat is the feed's idle heartbeat: two missed ones make the
@@ -31,6 +51,13 @@ const feedHeartbeat = time.Second
 // feedQuiet is how long after its last reported error a feed counts as
 // recovered: the client reports errors until it has recreated the consumer.
 const feedQuiet = 3 * feedHeartbeat
+
+// replaceAfter is how long nats.go may try to make a feed's consumer again
+// before the feed replaces it with a consumer of its own (see watch): two of
+// nats.go's attempts (10 s each, with a pause of 1 s and 2 s after them),
+// longer than a remake takes when a node dies (an election, then the
+// consumer: measured 2-12 s).
+const replaceAfter = 25 * time.Second
 
 // follow starts a feed; stop ends it, live is nil while it is live.
 //
@@ -47,30 +74,51 @@ func follow(ctx context.Context, js jetstream.JetStream, stream string, cfg jets
 		}
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.CachedInfo().State.LastSeq+1
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	f := &feed{js: js, stream: stream, cfg: cfg, h: h, done: make(chan struct{})}
+	cons, cc, err := f.consume(ctx, 0, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("follow %s: %w", stream, err)
 	}
-	f := &feed{done: make(chan struct{})}
+	f.cons, f.cc = cons, cc
+	go f.watch()
+	return f.stop, f.err, nil
+}
+
+// consume makes an ordered consumer with cfg and consumes it as the feed's
+// consumer number gen.
+func (f *feed) consume(ctx context.Context, gen uint64, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, jetstream.ConsumeContext, error) {
+	cons, err := f.js.OrderedConsumer(ctx, f.stream, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if f.stopped.Load() {
 			return
 		}
+		f.deliver.Lock()
+		defer f.deliver.Unlock()
+		if f.gen.Load() != gen {
+			return
+		}
+		f.last = m
 		f.mu.Lock()
 		f.lastMsg = time.Now()
 		f.mu.Unlock()
-		h(m)
+		f.h(m)
 	}, jetstream.PullHeartbeat(feedHeartbeat), jetstream.PullExpiry(5*feedHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if f.gen.Load() != gen {
+				return
+			}
 			f.mu.Lock()
 			f.failedAt, f.lastErr = time.Now(), err
 			f.mu.Unlock()
 		}))
 	if err != nil {
-		return nil, nil, fmt.Errorf("follow %s: %w", stream, err)
+		DeleteOrdered(f.js, f.stream, cons)
+		return nil, nil, err
 	}
-	go f.watch(cons)
-	return func() { f.stop(cc, func() { DeleteOrdered(js, stream, cons) }) }, f.err, nil
+	return cons, cc, nil
 }
 
 // DeleteOrdered deletes cons, an ordered consumer of stream that its reader
@@ -91,18 +139,29 @@ func DeleteOrdered(js jetstream.JetStream, stream string, cons jetstream.Consume
 // runs on its own goroutine. That Stop waits for the consumer's lock, which
 // nats.go holds while it makes the consumer again, through each attempt (up
 // to 10 s) and the pause after it; with the cluster unable to make it, a
-// shutdown waited 21 s here. It ends there once the connection is closed.
-// Then, on the same goroutine, then runs (it deletes the consumer, which
-// the server would keep for minutes, one more for each time a feed that
-// stops when idle starts again).
-func (f *feed) stop(cc jetstream.ConsumeContext, then func()) {
+// shutdown waited 21 s here. Then, on the same goroutine, the consumer is
+// deleted (the server would keep it for minutes, one more for each time a
+// feed that stops when idle starts again).
+func (f *feed) stop() {
 	if f.stopped.Swap(true) {
 		return
 	}
 	close(f.done)
+	f.mu.Lock()
+	cons, cc := f.cons, f.cc
+	f.cons, f.cc = nil, nil
+	f.mu.Unlock()
+	f.drop(cons, cc)
+}
+
+// drop stops and deletes a consumer of the feed, on a goroutine of its own.
+func (f *feed) drop(cons jetstream.Consumer, cc jetstream.ConsumeContext) {
+	if cc == nil {
+		return
+	}
 	go func() {
 		cc.Stop()
-		then()
+		DeleteOrdered(f.js, f.stream, cons)
 	}()
 }
 
@@ -112,7 +171,15 @@ func (f *feed) stop(cc jetstream.ConsumeContext, then func()) {
 // start a reset once, and nothing while its attempts fail, so without this a
 // feed whose consumer cannot be made (no meta leader) would count as live
 // again after feedQuiet.
-func (f *feed) watch(cons jetstream.Consumer) {
+//
+// When nats.go has tried for replaceAfter, the feed replaces the consumer.
+// nats.go's attempts all ask for the consumer under one name; once a
+// cluster has placed that name on a node whose JetStream has stopped (its
+// disk full: the node stays in the cluster, and R1 consumers are placed on
+// any node of the stream that is not offline), every attempt waits for that
+// node, for as long as it runs: the feed stayed interrupted for minutes while
+// a consumer of another name was made at once (ADR 0028).
+func (f *feed) watch() {
 	tick := time.NewTicker(feedHeartbeat)
 	defer tick.Stop()
 	for {
@@ -122,14 +189,75 @@ func (f *feed) watch(cons jetstream.Consumer) {
 		case <-tick.C:
 		}
 		f.mu.Lock()
-		f.remaking = time.Now()
+		cons, lastTry := f.cons, f.replacedAt
 		f.mu.Unlock()
-		cons.CachedInfo()
+		if cons == nil {
+			// The last replacement failed: try again, not more often
+			// than every few heartbeats.
+			if time.Since(lastTry) >= 5*feedHeartbeat {
+				f.replace()
+			}
+			continue
+		}
+		began := time.Now()
 		f.mu.Lock()
-		f.remaking = time.Time{}
+		f.remaking = began
 		f.mu.Unlock()
+		looked := make(chan struct{})
+		go func() {
+			cons.CachedInfo()
+			close(looked)
+		}()
+		select {
+		case <-f.done:
+			return
+		case <-looked:
+			f.mu.Lock()
+			f.remaking = time.Time{}
+			f.mu.Unlock()
+		case <-time.After(replaceAfter):
+			f.replace()
+		}
 	}
 }
+
+// replace stops the feed's consumer and makes a new one (another name),
+// from the stream sequence after the last message the feed delivered.
+func (f *feed) replace() {
+	f.deliver.Lock()
+	gen := f.gen.Add(1)
+	cfg := f.cfg
+	if f.last != nil {
+		if md, err := f.last.Metadata(); err == nil {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, md.Sequence.Stream+1
+		}
+	}
+	f.deliver.Unlock()
+
+	f.mu.Lock()
+	old, oldCC := f.cons, f.cc
+	f.cons, f.cc, f.replacedAt = nil, nil, time.Now()
+	f.failedAt, f.lastErr = f.replacedAt, errReplacing
+	f.mu.Unlock()
+	f.drop(old, oldCC)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, cc, err := f.consume(ctx, gen, cfg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		f.failedAt, f.lastErr = time.Now(), fmt.Errorf("its consumer could not be replaced: %w", err)
+		return
+	}
+	if f.stopped.Load() {
+		f.drop(cons, cc)
+		return
+	}
+	f.cons, f.cc, f.remaking, f.lastErr = cons, cc, time.Time{}, nil
+}
+
+var errReplacing = fmt.Errorf("its consumer is being replaced: nats.go tried to make it again for %s", replaceAfter)
 
 // remakingFor is how long CachedInfo must wait before the feed counts as
 // being made again: far longer than the moment a delivery holds the lock,
@@ -143,6 +271,9 @@ const remakingFor = 2 * feedHeartbeat
 func (f *feed) err() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.cons == nil && !f.stopped.Load() {
+		return fmt.Errorf("feed interrupted since %s: %w", f.failedAt.UTC().Format(time.RFC3339), f.lastErr)
+	}
 	if !f.remaking.IsZero() && time.Since(f.remaking) > remakingFor {
 		return fmt.Errorf("feed interrupted: its consumer is being made again since %s (last error: %v)", f.remaking.UTC().Format(time.RFC3339), f.lastErr)
 	}

@@ -200,19 +200,26 @@ func TestResultKeys(t *testing.T) {
 // followedEvents opens ORDER_EVENTS on a new server and follows its decisions.
 func followedEvents(t *testing.T) (*jsstore.Events, <-chan string) {
 	t.Helper()
+	e, decided, _ := followedEventsOn(t, js(t))
+	return e, decided
+}
+
+// followedEventsOn opens ORDER_EVENTS with j and follows its decisions;
+// live is the feed's.
+func followedEventsOn(t *testing.T, j jetstream.JetStream) (e *jsstore.Events, decided <-chan string, live func() error) {
+	t.Helper()
 	ctx := context.Background()
-	j := js(t)
 	e, err := jsstore.OpenEvents(ctx, j, j)
 	if err != nil {
 		t.Fatal(err)
 	}
-	decided := make(chan string, 10)
-	stop, _, err := e.FollowDecisions(ctx, func(id string) { decided <- id })
+	ch := make(chan string, 100)
+	stop, live, err := e.FollowDecisions(ctx, func(id string) { ch <- id })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	return e, decided
+	return e, ch, live
 }
 
 func TestEvents(t *testing.T) {

@@ -97,7 +97,14 @@ type ProcessCluster struct {
 // Extra arguments (a config file, say) are passed to every node.
 func StartProcessCluster(t testing.TB, ports Ports, extra ...string) *ProcessCluster {
 	t.Helper()
-	return startProcessCluster(t, ports, false, extra)
+	return startProcessCluster(t, ports, false, nil, extra)
+}
+
+// StartProcessClusterOn is StartProcessCluster with node i's store in
+// stores[i] (a small file system of its own, say).
+func StartProcessClusterOn(t testing.TB, ports Ports, stores []string, extra ...string) *ProcessCluster {
+	t.Helper()
+	return startProcessCluster(t, ports, false, stores, extra)
 }
 
 // StartPartitionableCluster is StartProcessCluster with every route through
@@ -107,10 +114,10 @@ func StartProcessCluster(t testing.TB, ports Ports, extra ...string) *ProcessClu
 // that no route is made around the proxies.
 func StartPartitionableCluster(t testing.TB, ports Ports, extra ...string) *ProcessCluster {
 	t.Helper()
-	return startProcessCluster(t, ports, true, extra)
+	return startProcessCluster(t, ports, true, nil, extra)
 }
 
-func startProcessCluster(t testing.TB, ports Ports, proxied bool, extra []string) *ProcessCluster {
+func startProcessCluster(t testing.TB, ports Ports, proxied bool, stores, extra []string) *ProcessCluster {
 	t.Helper()
 	bin := NATSServerBinary(t)
 	n := len(ports.Client)
@@ -127,6 +134,10 @@ func startProcessCluster(t testing.TB, ports Ports, proxied bool, extra []string
 		}
 	}
 	for i := 0; i < n; i++ {
+		store := t.TempDir()
+		if stores != nil {
+			store = stores[i]
+		}
 		var routes []string
 		for j := 0; j < n; j++ {
 			switch {
@@ -139,7 +150,7 @@ func startProcessCluster(t testing.TB, ports Ports, proxied bool, extra []string
 		}
 		c.args[i] = []string{bin, "--config", c.Creds.ConfigPath(), "--name", NodeName(i), "--addr", "127.0.0.1", "--port", fmt.Sprint(ports.Client[i]),
 			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", ports.Route[i]), "--cluster_name", "orderly-test",
-			"--routes", strings.Join(routes, ","), "--jetstream", "--store_dir", t.TempDir()}
+			"--routes", strings.Join(routes, ","), "--jetstream", "--store_dir", store}
 		if proxied {
 			c.args[i] = append(c.args[i], "--cluster_advertise", "127.0.0.1:1")
 		}

@@ -104,6 +104,30 @@ func window(hits []hit, from, to time.Time) (errs []hit, slowFor time.Duration, 
 	return errs, slowFor, n
 }
 
+// runCheck runs orderly check with cfg on a goroutine of its own. wait
+// returns its report, once the check ends, after failing the test on its
+// error and reporting each violation it found as an error of the test.
+func runCheck(t *testing.T, cfg check.Config) (wait func() *check.Report) {
+	done := make(chan struct{})
+	var rep *check.Report
+	var err error
+	go func() {
+		defer close(done)
+		rep, err = check.Run(context.Background(), cfg)
+	}()
+	return func() *check.Report {
+		t.Helper()
+		<-done
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range rep.Violations {
+			t.Errorf("checker: %s: %s %s", v.Rule, v.Key, v.Detail)
+		}
+		return rep
+	}
+}
+
 func leaderOf(t *testing.T, js jetstream.JetStream, stream string) string {
 	t.Helper()
 	s, err := js.Stream(context.Background(), stream)
@@ -170,16 +194,8 @@ func TestFailoverUnderCheck(t *testing.T) {
 	a, b := start(), start()
 	js := a.JetStream(t)
 
-	type result struct {
-		rep *check.Report
-		err error
-	}
-	checked := make(chan result, 1)
-	go func() {
-		rep, err := check.Run(context.Background(), check.Config{URLs: []string{a.URL}, NATSURL: cluster.URLs(), NATSCredentials: a.Operator(), Clients: 4,
-			Duration: 45 * time.Second, Settle: 60 * time.Second, RequestTimeout: 30 * time.Second})
-		checked <- result{rep, err}
-	}()
+	checked := runCheck(t, check.Config{URLs: []string{a.URL}, NATSURL: cluster.URLs(), NATSCredentials: a.Operator(), Clients: 4,
+		Duration: 45 * time.Second, Settle: 60 * time.Second, RequestTimeout: 30 * time.Second})
 	p := startProbe(t, a.URL, b.URL)
 
 	time.Sleep(5 * time.Second)
@@ -209,13 +225,7 @@ func TestFailoverUnderCheck(t *testing.T) {
 	time.Sleep(feedDown)
 	hits := p.end()
 
-	res := <-checked
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	for _, v := range res.rep.Violations {
-		t.Errorf("checker: %s: %s %s", v.Rule, v.Key, v.Detail)
-	}
+	rep := checked()
 	for i, k := range []struct {
 		what string
 		at   time.Time
@@ -242,7 +252,7 @@ func TestFailoverUnderCheck(t *testing.T) {
 			t.Errorf("kill %d: only %d probe requests in the window", i+1, n)
 		}
 	}
-	t.Logf("checker: %d orders, %d requests, outcomes %v", res.rep.Orders, res.rep.Requests, res.rep.Outcomes)
+	t.Logf("checker: %d orders, %d requests, outcomes %v", rep.Orders, rep.Requests, rep.Outcomes)
 
 	// The node comes back before the processes stop, as after the first kill:
 	// their shutdown is not what this test measures, and with a node down and

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -116,16 +115,8 @@ func TestPartitionUnderCheck(t *testing.T) {
 	a := start(cluster.NodeURL(cut), slog.New(slog.NewTextHandler(&logA, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	b := start(strings.Join(rest, ","), orderlytest.Logger())
 
-	type result struct {
-		rep *check.Report
-		err error
-	}
-	checked := make(chan result, 1)
-	go func() {
-		rep, err := check.Run(context.Background(), check.Config{URLs: []string{a.URL, b.URL}, NATSURL: cluster.URLs(), NATSCredentials: a.Operator(),
-			Clients: 4, Duration: 60 * time.Second, Settle: 60 * time.Second, RequestTimeout: 30 * time.Second})
-		checked <- result{rep, err}
-	}()
+	checked := runCheck(t, check.Config{URLs: []string{a.URL, b.URL}, NATSURL: cluster.URLs(), NATSCredentials: a.Operator(),
+		Clients: 4, Duration: 60 * time.Second, Settle: 60 * time.Second, RequestTimeout: 30 * time.Second})
 	readyA := watchReadiness(a.URL)
 	p, pa := startProbe(t, b.URL), startProbe(t, a.URL)
 
@@ -136,21 +127,15 @@ func TestPartitionUnderCheck(t *testing.T) {
 	time.Sleep(down)
 	healAt := time.Now()
 	cluster.Heal(cut)
-	res := <-checked
+	rep := checked()
 	hits, hitsA := p.end(), pa.end()
 	samples := readyA.end()
 
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	for _, v := range res.rep.Violations {
-		t.Errorf("checker: %s: %s %s", v.Rule, v.Key, v.Detail)
-	}
 	// The workload met the partition: requests to the cut-off API that it
 	// answered late (over a second) or with an error; some of those orders
 	// were answered by the other API at their retry.
 	var met, hops, onA, onB int
-	for _, o := range res.rep.Details {
+	for _, o := range rep.Details {
 		failedOnA := false
 		for _, at := range o.Attempts {
 			switch at.API {
@@ -171,7 +156,7 @@ func TestPartitionUnderCheck(t *testing.T) {
 		}
 	}
 	t.Logf("checker: %d orders, %d requests (%d to the cut-off API, %d to the other), outcomes %v; %d requests to the cut-off API answered late or failed, %d orders answered by the other API after the cut-off one failed",
-		res.rep.Orders, res.rep.Requests, onA, onB, res.rep.Outcomes, met, hops)
+		rep.Orders, rep.Requests, onA, onB, rep.Outcomes, met, hops)
 	if met == 0 {
 		t.Error("no request of the checker's to the cut-off API was slowed or failed: the workload did not meet the partition")
 	}

@@ -1,0 +1,108 @@
+package server_test
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/check"
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/natsauth"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// TestNodeDiskFullUnderCheck fills the disk of a node of a three-node R3
+// cluster, the one that carries an API's feed of keyed events, under
+// orderly check, with two APIs that may be connected to any node (the
+// checker sends to both). nats-server
+// stops JetStream on a node whose disk is full, until it is restarted; the
+// node stays in the cluster, its clients are served through the others, and
+// its replicas fall behind. The checker finds no violation; both APIs are
+// ready again within 45 s of the fill and stay so: a feed whose consumer
+// nats.go keeps asking for under a name the cluster placed on the stopped
+// node replaces it (on the code before, such an API stayed not ready, in two
+// runs of six). Restarted with room on its disk, the node catches up.
+func TestNodeDiskFullUnderCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a cluster node's disk under orderly check for a minute; run without -short")
+	}
+	t.Parallel()
+	var stores []string
+	for range 3 {
+		dir, _ := smallDisk(t, 256<<20)
+		stores = append(stores, dir)
+	}
+	cluster := orderlytest.StartProcessClusterOn(t, orderlytest.ClusterPorts(t, 3), stores)
+	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
+	js, err := jsstore.DialJetStream(cluster.URLs(), orderlytest.As(cluster.Creds, natsauth.Operator), "disk-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(js.Conn().Close)
+	var logs [2]orderlytest.Buffer
+	apis := make([]*orderlytest.Instance, 2)
+	start := func(i int) {
+		cfg := orderlytest.Config(t)
+		orderlytest.Attach(&cfg, cluster.URLs(), cluster.Creds, natsauth.Serve)
+		apis[i] = orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(&logs[i], &slog.HandlerOptions{Level: slog.LevelWarn})))
+	}
+	// The disk that fills is that of the node that carries the first API's
+	// feed of keyed events, so that nats.go makes that feed's consumer
+	// again; the cluster may place it on any of the three nodes.
+	start(0)
+	full := cluster.Index(orderlytest.FeedNode(t, js, events.EventStream, orderlytest.KeyedFeed))
+	start(1)
+	checked := runCheck(t, check.Config{URLs: []string{apis[0].URL, apis[1].URL}, NATSURL: cluster.URLs(),
+		NATSCredentials: apis[0].Operator(), Clients: 4, Duration: 50 * time.Second, Settle: 60 * time.Second, RequestTimeout: 30 * time.Second})
+	ready := []*readiness{watchReadiness(apis[0].URL), watchReadiness(apis[1].URL)}
+	time.Sleep(5 * time.Second)
+	filler := filepath.Join(stores[full], "filler")
+	at := time.Now()
+	fill(t, filler)
+	rep := checked()
+	end := time.Now()
+	t.Logf("checker: %d orders, %d requests, outcomes %v; node %d's disk filled", rep.Orders, rep.Requests, rep.Outcomes, full)
+	for i, r := range ready {
+		samples := r.end()
+		// Not ready for a moment is right (the elections); from 45 s after
+		// the fill on, ready.
+		var late, n int
+		var lastNot time.Time
+		for _, s := range samples {
+			if !s.ready && s.at.After(at) {
+				lastNot = s.at
+			}
+			if s.at.After(at.Add(45 * time.Second)) {
+				n++
+				if !s.ready {
+					late++
+				}
+			}
+		}
+		if !lastNot.IsZero() {
+			t.Logf("API %d: last not ready %s after the fill", i, lastNot.Sub(at).Round(100*time.Millisecond))
+		}
+		if n == 0 || late > 0 {
+			r, _ := readyz(apis[i].URL)
+			t.Errorf("API %d: not ready in %d of %d samples from 45 s after the fill to the end of the check (%s): %s\n%s",
+				i, late, n, end.Sub(at).Round(time.Second), r.Body, logs[i].String())
+		}
+	}
+
+	// Room again and a restart: the node catches up.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Kill(full)
+	cluster.Restart(full)
+	caughtUp(t, js)
+	for i := range logs {
+		for line := range strings.Lines(logs[i].String()) {
+			t.Logf("API %d: %s", i, strings.TrimSpace(line))
+		}
+	}
+}
