@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
@@ -534,15 +535,7 @@ func TestBackupRefusesADirectoryWithOtherFiles(t *testing.T) {
 func TestRestoreAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	creds := orderlytest.NewCredentials(t)
-	ports := orderlytest.ClusterPorts(t, 3)
-	orderlytest.StartClusterWith(t, ports, creds)
-	orderlytest.Setup(t, ports.URLs(), creds, 3)
-	nc := operatorConn(t, ports.URLs(), creds)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	creds, nc, js := r3Cluster(t)
 	for i := range 10 {
 		if _, err := js.Publish(ctx, "orders.commands.create", []byte(`{}`), jetstream.WithMsgID(fmt.Sprint(i))); err != nil {
 			t.Fatal(err)
@@ -736,4 +729,76 @@ func (r repeat) Read(p []byte) (int, error) {
 		p[i] = byte(r)
 	}
 	return len(p), nil
+}
+
+// r3Cluster starts a three-node cluster with orderly's streams at three
+// replicas, and connects to it as the operator.
+func r3Cluster(t *testing.T) (natsauth.Credentials, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	creds := orderlytest.NewCredentials(t)
+	ports := orderlytest.ClusterPorts(t, 3)
+	orderlytest.StartClusterWith(t, ports, creds)
+	orderlytest.Setup(t, ports.URLs(), creds, 3)
+	nc := operatorConn(t, ports.URLs(), creds)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return creds, nc, js
+}
+
+// TestRestoreAfterAStalledOne: a cluster holds a restore of a stream whose
+// chunks never came (as when the first chunk found no responders: the node
+// that takes the snapshot subscribes, then answers, and the subscription
+// can reach the client's node after the answer; once in CI) and answers a
+// new restore of that stream with "stream name already in use" (10130)
+// until it drops the stalled one after 5 s. orderly restore tries again
+// every second and restores the stream; it failed at once before.
+func TestRestoreAfterAStalledOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a stalled restore to end; run without -short")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	_, nc, js := r3Cluster(t)
+	dlq := events.DeadLetterStream
+	for i := range 3 {
+		if _, err := js.Publish(ctx, events.DeadLetterSubject, []byte(`{}`), jetstream.WithMsgID(fmt.Sprint("dlq-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "backup")
+	if _, err := admin.Backup(ctx, nc, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	if err := js.DeleteStream(ctx, dlq); err != nil {
+		t.Fatal(err)
+	}
+	// A restore of the stream that sends nothing.
+	req, err := json.Marshal(map[string]any{"config": cfg, "state": map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := nc.Request("$JS.API.STREAM.RESTORE."+dlq, req, 5*time.Second)
+	if err != nil || !bytes.Contains(resp.Data, []byte("deliver_subject")) {
+		t.Fatalf("a restore that sends nothing: %v %s", err, resp.Data)
+	}
+	began := time.Now()
+	_, done, err := admin.Restore(ctx, nc, dir, 0, nil)
+	if err != nil {
+		t.Fatalf("restore beside a stalled one: %v", err)
+	}
+	t.Logf("restored %s after it (%v)", time.Since(began).Round(100*time.Millisecond), done)
+	st, err := js.Stream(ctx, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 3 {
+		t.Fatalf("%s holds %d messages, want 3", dlq, n)
+	}
 }

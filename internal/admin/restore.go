@@ -403,21 +403,29 @@ func (s *snapshot) restore(ctx context.Context, mgr *jsm.Manager, progress Progr
 	cfg.Replicas = s.replicas
 	var st *api.StreamState
 	var err error
+	var unheard time.Time // when the snapshot's first chunk had no responders
 	for attempt := 1; ; attempt++ {
 		report, stop := reporter(progress, s.Name)
 		st, err = s.send(ctx, mgr, cfg, report)
 		stop()
-		// Deleting the last stream of an account makes nats-server remove
-		// the account's empty streams directory in a goroutine of its own;
-		// a stream created meanwhile can fail to make its directory, and
-		// nothing of it is created (docs/nats-facts.md, fact 15).
-		if err == nil || attempt == 5 || !strings.Contains(err.Error(), "could not create storage directory") {
+		wait, again := retryRestore(err, attempt, unheard, time.Now())
+		if !again {
 			break
+		}
+		if (errors.Is(err, nats.ErrNoResponders) || api.IsNatsErr(err, 10130)) && unheard.IsZero() {
+			unheard = time.Now()
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(wait):
+		}
+		if !unheard.IsZero() {
+			// The stalled restore may have left the stream, empty: it is
+			// deleted, as Restore deletes the empty streams it finds.
+			if stream, state, lerr := loadState(mgr, s.Name); lerr == nil && stream != nil && state.Msgs == 0 && state.LastSeq == 0 {
+				_ = stream.Delete()
+			}
 		}
 	}
 	if err != nil {
@@ -430,6 +438,43 @@ func (s *snapshot) restore(ctx context.Context, mgr *jsm.Manager, progress Progr
 		return fmt.Errorf("restore %s: %d messages up to %d, the backup had %d up to %d", s.Name, st.Msgs, st.LastSeq, s.Messages, s.LastSeq)
 	}
 	return nil
+}
+
+// unheardFor is how long a restore goes on trying after its snapshot's
+// first chunk had no responders, or the server said another restore of the
+// stream is there: the server drops a restore after 5 s without a chunk
+// ("stalled"), and answers a new one for the stream with 10130 (the name in
+// use) until then.
+const unheardFor = 30 * time.Second
+
+// retryRestore decides whether a restore of one stream that failed with err
+// at its attempt-th try is tried again, and after how long; unheard is when
+// an earlier try had no responders or 10130 (zero if none had).
+//
+//   - "could not create storage directory": deleting the last stream of an
+//     account makes nats-server remove the account's empty streams
+//     directory in a goroutine of its own; a stream created meanwhile can
+//     fail to make its directory, and nothing of it is created
+//     (docs/nats-facts.md, fact 15). Up to 5 tries, 200 ms apart.
+//   - no responders: on a cluster, the node that receives the snapshot
+//     subscribes to the subject its chunks go to and then answers the
+//     restore request, and the subscription can reach the client's node
+//     after the answer: the first chunk finds no one (once in CI, in
+//     TestRestoreAcrossReplicas). Tried again every second for up to
+//     unheardFor; so is 10130, the name in use: Restore has looked at the
+//     stream before (kept, deleted or refused it), so a stream of that name
+//     now is a stalled restore, this one's or another's
+//     (TestRestoreAfterAStalledOne).
+func retryRestore(err error, attempt int, unheard, now time.Time) (wait time.Duration, again bool) {
+	switch {
+	case err == nil:
+		return 0, false
+	case strings.Contains(err.Error(), "could not create storage directory"):
+		return 200 * time.Millisecond, attempt < 5
+	case errors.Is(err, nats.ErrNoResponders) || api.IsNatsErr(err, 10130):
+		return time.Second, unheard.IsZero() || now.Sub(unheard) < unheardFor
+	}
+	return 0, false
 }
 
 // send sends the snapshot to the server as a stream of configuration cfg:
