@@ -18,14 +18,15 @@ import (
 // TestNodeDiskFullUnderCheck fills the disk of a node of a three-node R3
 // cluster, the one that carries an API's feed of keyed events, under
 // orderly check, with two APIs that may be connected to any node (the
-// checker sends to both). nats-server
-// stops JetStream on a node whose disk is full, until it is restarted; the
-// node stays in the cluster, its clients are served through the others, and
-// its replicas fall behind. The checker finds no violation; both APIs are
-// ready again within 45 s of the fill and stay so: a feed whose consumer
-// nats.go keeps asking for under a name the cluster placed on the stopped
-// node replaces it (on the code before, such an API stayed not ready, in two
-// runs of six). Restarted with room on its disk, the node catches up.
+// checker sends to both). nats-server stops JetStream on a node whose disk
+// is full, until it is restarted; the node stays in the cluster, its
+// clients are served through the others, and its replicas fall behind. The
+// checker finds no violation; both APIs are ready again within 45 s of the
+// fill and stay so: a feed whose consumer nats.go keeps asking for under a
+// name the cluster placed on the stopped node replaces it (ADR 0028; on the
+// code before, an API stayed not ready to the end of the check in three
+// runs of four). orderly_stream_replicas_current counts two copies of three
+// meanwhile. Restarted with room on its disk, the node catches up.
 func TestNodeDiskFullUnderCheck(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a cluster node's disk under orderly check for a minute; run without -short")
@@ -93,6 +94,19 @@ func TestNodeDiskFullUnderCheck(t *testing.T) {
 		}
 	}
 
+	// The streams run on two copies, which nothing else in orderly shows:
+	// its metric does (the alert OrderlyStreamReplicasBehind).
+	copies := func(i int, stream string) (current, configured float64) {
+		return apis[i].Metric(t, `orderly_stream_replicas_current{stream="`+stream+`"}`), apis[i].Metric(t, `orderly_stream_replicas{stream="`+stream+`"}`)
+	}
+	for i := range apis {
+		for _, stream := range []string{events.CommandStream, events.EventStream} {
+			if current, configured := copies(i, stream); current != 2 || configured != 3 {
+				t.Errorf("API %d: %s has %v of %v copies current with a node's JetStream stopped, want 2 of 3", i, stream, current, configured)
+			}
+		}
+	}
+
 	// Room again and a restart: the node catches up.
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
@@ -100,6 +114,10 @@ func TestNodeDiskFullUnderCheck(t *testing.T) {
 	cluster.Kill(full)
 	cluster.Restart(full)
 	caughtUp(t, js)
+	orderlytest.Eventually(t, 10*time.Second, "the metric to count three current copies again", func() bool {
+		current, _ := copies(0, events.EventStream)
+		return current == 3
+	})
 	for i := range logs {
 		for line := range strings.Lines(logs[i].String()) {
 			t.Logf("API %d: %s", i, strings.TrimSpace(line))

@@ -155,7 +155,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	}
 	s.writes.Follow(s.nc)
 	reconnects, moves := connectionMetrics(s.nc)
-	s.registry.MustRegister(newTLSExpiry(s.nc), reconnects, moves)
+	s.registry.MustRegister(newTLSExpiry(s.nc), reconnects, moves, newStreamReplicas(js, streamsOf(cfg.Roles)))
 	if s.ns != nil && cfg.MinFreeSpace > 0 {
 		abs, _ := filepath.Abs(cfg.DataDir)
 		if s.guard, err = jsstore.NewDiskGuard(jsstore.DiskGuardConfig{Dir: abs, Reserve: cfg.MinFreeSpace}); err != nil {
