@@ -223,7 +223,7 @@ func StartChild(ctx context.Context, cfg Config, probeNkey string) (*ChildProces
 	// binary that lacks the call to RunChildIfAsked at its flags.
 	c.cmd = exec.Command(exe, childArg)
 	c.cmd.Env = append(os.Environ(), childEnv+"=1")
-	c.cmd.SysProcAttr = childAttr()
+	c.cmd.SysProcAttr = ChildAttr()
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
 		return nil, err
 	}

@@ -2,8 +2,8 @@ package natsserver
 
 import "syscall"
 
-// childAttr makes the kernel kill the child when its parent dies, kill -9
+// ChildAttr makes the kernel kill the child when its parent dies, kill -9
 // included, so that it never outlives orderly holding the store.
-func childAttr() *syscall.SysProcAttr {
+func ChildAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

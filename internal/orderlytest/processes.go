@@ -21,6 +21,7 @@ import (
 
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
+	"github.com/orderly-dev/orderly/internal/natsserver"
 )
 
 // NATSServerBinary builds the nats-server of the pinned Go module and returns
@@ -172,6 +173,9 @@ func startProcessCluster(t testing.TB, ports Ports, proxied bool, stores, extra 
 func (c *ProcessCluster) start(i int) {
 	c.t.Helper()
 	cmd := exec.Command(c.args[i][0], c.args[i][1:]...)
+	// A test binary that dies (its timeout's panic runs no cleanup) takes
+	// its nodes with it: they held ports and stores after it.
+	cmd.SysProcAttr = natsserver.ChildAttr()
 	if os.Getenv("ORDERLY_TEST_LOG") != "" {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	}
