@@ -751,12 +751,13 @@ func r3Cluster(t *testing.T) (natsauth.Credentials, *nats.Conn, jetstream.JetStr
 // chunks never came (as when the first chunk found no responders: the node
 // that takes the snapshot subscribes, then answers, and the subscription
 // can reach the client's node after the answer; once in CI) and answers a
-// new restore of that stream with "stream name already in use" (10130)
-// until it drops the stalled one after 5 s. orderly restore tries again
-// every second and restores the stream; it failed at once before.
+// new restore of that stream with "stream name already in use" (10130): it
+// keeps a failed restore's assignment until the stream is deleted. orderly
+// restore deletes what the stalled restore left, tries again a second later
+// and restores the stream; it failed at once before.
 func TestRestoreAfterAStalledOne(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for a stalled restore to end; run without -short")
+		t.Skip("a cluster and a stalled restore; run without -short")
 	}
 	t.Parallel()
 	ctx := context.Background()

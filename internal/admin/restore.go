@@ -403,7 +403,7 @@ func (s *snapshot) restore(ctx context.Context, mgr *jsm.Manager, progress Progr
 	cfg.Replicas = s.replicas
 	var st *api.StreamState
 	var err error
-	var unheard time.Time // when the snapshot's first chunk had no responders
+	var unheard time.Time // when a try first met a stalled restore (stalledRestore)
 	for attempt := 1; ; attempt++ {
 		report, stop := reporter(progress, s.Name)
 		st, err = s.send(ctx, mgr, cfg, report)
@@ -412,7 +412,7 @@ func (s *snapshot) restore(ctx context.Context, mgr *jsm.Manager, progress Progr
 		if !again {
 			break
 		}
-		if (errors.Is(err, nats.ErrNoResponders) || api.IsNatsErr(err, 10130)) && unheard.IsZero() {
+		if stalledRestore(err) && unheard.IsZero() {
 			unheard = time.Now()
 		}
 		select {
@@ -421,11 +421,7 @@ func (s *snapshot) restore(ctx context.Context, mgr *jsm.Manager, progress Progr
 		case <-time.After(wait):
 		}
 		if !unheard.IsZero() {
-			// The stalled restore may have left the stream, empty: it is
-			// deleted, as Restore deletes the empty streams it finds.
-			if stream, state, lerr := loadState(mgr, s.Name); lerr == nil && stream != nil && state.Msgs == 0 && state.LastSeq == 0 {
-				_ = stream.Delete()
-			}
+			removeStalled(mgr, s.Name)
 		}
 	}
 	if err != nil {
@@ -442,9 +438,8 @@ func (s *snapshot) restore(ctx context.Context, mgr *jsm.Manager, progress Progr
 
 // unheardFor is how long a restore goes on trying after its snapshot's
 // first chunk had no responders, or the server said another restore of the
-// stream is there: the server drops a restore after 5 s without a chunk
-// ("stalled"), and answers a new one for the stream with 10130 (the name in
-// use) until then.
+// stream is there (10130, the name in use): between tries the stalled
+// restore's remains are deleted (removeStalled).
 const unheardFor = 30 * time.Second
 
 // retryRestore decides whether a restore of one stream that failed with err
@@ -463,18 +458,44 @@ const unheardFor = 30 * time.Second
 //     TestRestoreAcrossReplicas). Tried again every second for up to
 //     unheardFor; so is 10130, the name in use: Restore has looked at the
 //     stream before (kept, deleted or refused it), so a stream of that name
-//     now is a stalled restore, this one's or another's
-//     (TestRestoreAfterAStalledOne).
+//     now is a stalled restore, this one's or another's (two restores at
+//     once are not supported: the other one's is deleted too;
+//     TestRestoreAfterAStalledOne).
 func retryRestore(err error, attempt int, unheard, now time.Time) (wait time.Duration, again bool) {
 	switch {
 	case err == nil:
 		return 0, false
 	case strings.Contains(err.Error(), "could not create storage directory"):
 		return 200 * time.Millisecond, attempt < 5
-	case errors.Is(err, nats.ErrNoResponders) || api.IsNatsErr(err, 10130):
+	case stalledRestore(err):
 		return time.Second, unheard.IsZero() || now.Sub(unheard) < unheardFor
 	}
 	return 0, false
+}
+
+// removeStalled deletes what a stalled restore of stream left: a stream
+// the listing does not show, which is the restore's assignment (the
+// cluster keeps a failed restore's assignment "for explicit cleanup":
+// processStreamAssignmentResults in server/jetstream_cluster.go, and
+// answers every new restore of the name with 10130 until it is deleted), or
+// a stream that is empty, as Restore deletes the empty streams it finds. A
+// stream with messages, or one it cannot read, is left.
+func removeStalled(mgr *jsm.Manager, stream string) {
+	s, st, err := loadState(mgr, stream)
+	switch {
+	case err != nil:
+	case s == nil:
+		_ = mgr.DeleteStream(stream)
+	case st.Msgs == 0 && st.LastSeq == 0:
+		_ = s.Delete()
+	}
+}
+
+// stalledRestore reports whether err is a restore that met a stalled one:
+// its first chunk had no responders, or the server answered 10130 (the
+// name in use) while it holds a stalled restore (see retryRestore).
+func stalledRestore(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || api.IsNatsErr(err, 10130)
 }
 
 // send sends the snapshot to the server as a stream of configuration cfg:
