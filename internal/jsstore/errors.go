@@ -78,6 +78,7 @@ func IsUnavailable(err error) bool {
 		errors.Is(err, nats.ErrNoServers) ||
 		errors.Is(err, nats.ErrStaleConnection) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
 		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
 		errors.Is(err, jetstream.ErrStreamNotFound) ||

@@ -280,6 +280,7 @@ func TestIsUnavailable(t *testing.T) {
 		{fmt.Errorf("store: %w", nats.ErrTimeout), true},
 		{nats.ErrNoResponders, true},
 		{nats.ErrConnectionClosed, true},
+		{jetstream.ErrAsyncPublishTimeout, true}, // an ack given up (NewJetStream)
 		{&jetstream.APIError{Code: 500, ErrorCode: 10077, Description: "no space left on device"}, true},
 		{&jetstream.APIError{Code: 503, ErrorCode: 10023}, true},
 		{&jetstream.APIError{Code: 400, ErrorCode: 10071}, false}, // wrong last sequence: an answer, not a fault

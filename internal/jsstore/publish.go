@@ -12,6 +12,22 @@ import (
 	"github.com/orderly-dev/orderly/internal/jsonr"
 )
 
+// NewJetStream is a JetStream context on nc whose publishes are
+// FastPublish's (timeout bounds one whose context has no deadline). An
+// asynchronous publish whose ack has not come within twice that is given up
+// (jetstream.ErrAsyncPublishTimeout): nats.go keeps an unanswered one pending
+// otherwise, until the connection is lost, and PublishMsgs sends a message
+// again when its ack is late, so that the copies lost in a stream leader's
+// failure would stay pending, up to nats.go's limit of 4,000 past which
+// every asynchronous publish waits 200 ms and goes through PublishMsg.
+func NewJetStream(nc *nats.Conn, timeout time.Duration) (jetstream.JetStream, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(2*timeout))
+	if err != nil {
+		return nil, err
+	}
+	return FastPublish(js, timeout), nil
+}
+
 // FastPublish returns js with a PublishMsg that does what nats.go's does (a
 // request to the stream's subject; a no-responders answer is tried again
 // twice, 250 ms apart, then is ErrNoStreamResponse; an API error comes back

@@ -3,6 +3,7 @@ package jsstore
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,44 +51,133 @@ func PublishAll(ctx context.Context, pub Publisher, msgs []*nats.Msg) []PubResul
 // PublishMsg. Errors are those of PublishMsg: a no-responders answer is
 // retried by nats.go as by PublishMsg, an API error comes back as a
 // *jetstream.APIError.
+//
+// A message whose ack has not come within an attempt (a second, a second
+// longer each time, at most three) is sent again: one sent into a stream
+// leader's failure is lost without an answer, and a second copy reaches the
+// new leader once it is elected, instead of waiting out ctx (nats-facts 23).
+// The copies carry the message's ID and condition, so a second copy of a
+// stored message is a duplicate or a broken condition, never a second
+// record. Whichever copy answers first is the message's answer; a later
+// copy's refusal gives way to an earlier copy's ack (its answer comes
+// first, on the same subscription).
 func (f fastPublish) PublishMsgs(ctx context.Context, msgs []*nats.Msg) []PubResult {
 	res := make([]PubResult, len(msgs))
-	if len(msgs) == 1 {
-		res[0].Ack, res[0].Err = f.PublishMsg(ctx, msgs[0])
-		return res
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 	}
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	var direct []int
-	for i, m := range msgs {
-		fut, err := f.JetStream.PublishMsgAsync(m)
-		if err != nil {
-			direct = append(direct, i)
-			continue
-		}
-		futures[i] = fut
+	first := make([]jetstream.PubAckFuture, len(msgs))
+	var again [][]jetstream.PubAckFuture // the copies of messages sent again, oldest first
+	idx := make([]int, len(msgs))        // the messages of this attempt
+	for i := range idx {
+		idx[i] = i
 	}
-	for i, fut := range futures {
-		if fut == nil {
-			continue
+	var direct []int
+	for n := 1; len(idx) > 0; n++ {
+		sent := idx[:0]
+		for _, i := range idx {
+			fut, err := f.JetStream.PublishMsgAsync(msgs[i])
+			switch {
+			case err != nil:
+				direct = append(direct, i)
+				continue
+			case n == 1:
+				first[i] = fut
+			default:
+				if again == nil {
+					again = make([][]jetstream.PubAckFuture, len(msgs))
+				}
+				if again[i] == nil {
+					again[i] = []jetstream.PubAckFuture{first[i]}
+				}
+				again[i] = append(again[i], fut)
+			}
+			sent = append(sent, i)
 		}
-		select {
-		case ack := <-fut.Ok():
-			res[i].Ack = ack
-		case err := <-fut.Err():
-			res[i].Err = err
-		case <-ctx.Done():
-			res[i].Err = ctx.Err()
+		actx, cancel := context.WithTimeout(ctx, min(time.Duration(n)*attemptTimeout, maxAttemptTimeout))
+		idx = sent[:0]
+		for _, i := range sent {
+			copies := first[i : i+1]
+			if again != nil && again[i] != nil {
+				copies = again[i]
+			}
+			r, answered := awaitCopies(actx, copies)
+			switch {
+			case answered:
+				res[i] = r
+			case ctx.Err() != nil:
+				res[i].Err = ctx.Err()
+			default:
+				idx = append(idx, i) // its attempt ended: send it again
+			}
 		}
+		cancel()
 	}
 	for _, i := range direct {
 		res[i].Ack, res[i].Err = f.PublishMsg(ctx, msgs[i])
 	}
 	return res
+}
+
+// attemptTimeout bounds the first wait for a message's ack, far above a
+// publish's latency under load; each attempt after it waits a second more,
+// up to maxAttemptTimeout: long enough to hear acks that are seconds late,
+// short enough that a message sent into a leader change is sent again soon
+// after the new leader takes writes. (The API's calls wait as long.)
+const (
+	attemptTimeout    = time.Second
+	maxAttemptTimeout = 3 * time.Second
+)
+
+// awaitCopies waits, until ctx ends, for the answer to the last copy sent of
+// a message, or an ack of its first; false when neither comes. A refusal of
+// a later copy (a duplicate, a broken condition) is the ack of an earlier
+// one when that has come.
+func awaitCopies(ctx context.Context, copies []jetstream.PubAckFuture) (PubResult, bool) {
+	last := copies[len(copies)-1]
+	var firstOk <-chan *jetstream.PubAck
+	var firstErr <-chan error
+	if len(copies) > 1 {
+		firstOk, firstErr = copies[0].Ok(), copies[0].Err()
+	}
+	for {
+		select {
+		case ack := <-last.Ok():
+			if ack.Duplicate {
+				if earlier, ok := earlierAck(copies); ok {
+					return PubResult{Ack: earlier}, true
+				}
+			}
+			return PubResult{Ack: ack}, true
+		case err := <-last.Err():
+			if IsWrongLastSequence(err) {
+				if earlier, ok := earlierAck(copies); ok {
+					return PubResult{Ack: earlier}, true
+				}
+			}
+			return PubResult{Err: err}, true
+		case ack := <-firstOk:
+			return PubResult{Ack: ack}, true
+		case <-firstErr:
+			firstOk, firstErr = nil, nil // the last copy may yet be stored
+		case <-ctx.Done():
+			return PubResult{}, false
+		}
+	}
+}
+
+// earlierAck is the ack of a copy before the last, if one has come.
+func earlierAck(copies []jetstream.PubAckFuture) (*jetstream.PubAck, bool) {
+	for _, c := range copies[:len(copies)-1] {
+		select {
+		case ack := <-c.Ok():
+			return ack, true
+		default:
+		}
+	}
+	return nil, false
 }
 
 // PublishMsgs refuses every message when the free space is below the

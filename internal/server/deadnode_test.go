@@ -56,8 +56,17 @@ func TestNodeThatStopsAnsweringIsLeft(t *testing.T) {
 		t.Fatalf("the API was ready again %s after its node hung, more than 20 s", back.Sub(at).Round(100*time.Millisecond))
 	}
 	t.Logf("the API ready again %s after its node hung", back.Sub(at).Round(100*time.Millisecond))
-	if r := api.PostOrder(t, "after", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
+	// Ready is the API's own state: its connection and feeds. The order's
+	// decision also waits for the processor's consumer, whose leader may have
+	// been on the hung node (an election takes 4 to 9 s after the last
+	// heartbeat), so the order may wait longer than the default 2 s.
+	if r := api.PostOrder(t, "after", orderlytest.Order("c-1"), "Prefer: wait=20"); r.Status != http.StatusCreated {
 		t.Fatalf("after: %d %s", r.Status, r.Body)
+	}
+	if d := time.Since(at); d > 30*time.Second {
+		t.Fatalf("an order taken %s after its node hung, more than 30 s", d.Round(100*time.Millisecond))
+	} else {
+		t.Logf("an order taken %s after its node hung", d.Round(100*time.Millisecond))
 	}
 	// The watch moved it (after 5 s of unanswered pings), before nats.go's
 	// own pings would have (10 to 15 s).

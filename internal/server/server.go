@@ -346,11 +346,7 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		return nil, err
 	}
 	s.nc = nc
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	return jsstore.FastPublish(js, 5*time.Second), nil
+	return jsstore.NewJetStream(nc, 5*time.Second)
 }
 
 // embeddedTLSFiles makes the embedded server's CA and certificate in the
