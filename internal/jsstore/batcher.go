@@ -56,7 +56,8 @@ type batchItem struct {
 }
 
 // NewBatcher starts flushers goroutines that send batches on js. timeout
-// bounds one batch's commit.
+// bounds one batch's commit (which is waited for only as long as its
+// callers wait).
 func NewBatcher(js jetstream.JetStream, flushers int, timeout time.Duration) *Batcher {
 	b := &Batcher{
 		js: js, queue: make(chan *batchItem, 4*MaxBatch), stop: make(chan struct{}),
@@ -195,7 +196,7 @@ func (b *Batcher) sendBatch(live []*batchItem) {
 	}
 	b.batches.Add(1)
 	b.msgs.Add(uint64(len(live)))
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), waitedFor(live, b.timeout))
 	defer cancel()
 	ack, err := b.commit(ctx, live)
 	if err == nil {
@@ -222,6 +223,25 @@ func (b *Batcher) sendBatch(live []*batchItem) {
 		go func() { defer wg.Done(); b.one(it) }()
 	}
 	wg.Wait()
+}
+
+// waitedFor is how long a batch's commit is waited for: as long as the last
+// of its callers waits, within timeout. A commit that no one answers (sent
+// to a stream leader that hangs, nats-facts 23) holds its flusher no longer
+// than its callers, who send again.
+func waitedFor(items []*batchItem, timeout time.Duration) time.Time {
+	limit := time.Now().Add(timeout)
+	var last time.Time
+	for _, it := range items {
+		d, ok := it.ctx.Deadline()
+		if !ok || !d.Before(limit) {
+			return limit
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	return last
 }
 
 func (b *Batcher) one(it *batchItem) {

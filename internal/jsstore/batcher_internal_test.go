@@ -95,3 +95,33 @@ func StartBareAt(t testing.TB, dir string, fsync natsserver.Fsync) (stop func(),
 	}
 	return stop, js
 }
+
+// TestWaitedFor: a batch's commit is waited for until its last caller's
+// deadline, within the Batcher's timeout; a caller without a deadline waits
+// the whole timeout.
+func TestWaitedFor(t *testing.T) {
+	t.Parallel()
+	item := func(d time.Duration) *batchItem {
+		if d == 0 {
+			return &batchItem{ctx: context.Background()}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		t.Cleanup(cancel)
+		return &batchItem{ctx: ctx}
+	}
+	const timeout = 10 * time.Second
+	for _, tc := range []struct {
+		name  string
+		items []*batchItem
+		want  time.Duration
+	}{
+		{"the last caller's deadline", []*batchItem{item(time.Second), item(3 * time.Second), item(2 * time.Second)}, 3 * time.Second},
+		{"within the timeout", []*batchItem{item(time.Second), item(time.Minute)}, timeout},
+		{"a caller without a deadline", []*batchItem{item(time.Second), item(0)}, timeout},
+	} {
+		got := time.Until(waitedFor(tc.items, timeout))
+		if got > tc.want || got < tc.want-time.Second {
+			t.Errorf("%s: %s, want %s", tc.name, got.Round(time.Millisecond), tc.want)
+		}
+	}
+}

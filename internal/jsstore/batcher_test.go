@@ -90,3 +90,49 @@ func TestBatcher(t *testing.T) {
 		t.Fatalf("good message: %+v %v", r.ack, r.err)
 	}
 }
+
+// TestBatcherGivesUpABatchItsCallersGaveUp: a batch whose commit no one
+// answers (sent to a stream leader that hangs; here a subscriber that never
+// answers holds the subject) holds its flusher only as long as its callers
+// wait, not the Batcher's whole timeout: the next message, once a stream
+// takes the subject, is stored while the lost batch's timeout still runs.
+// On the code before, the one flusher waited out the 30 s timeout and the
+// next message failed after its 3 s.
+func TestBatcherGivesUpABatchItsCallersGaveUp(t *testing.T) {
+	t.Parallel()
+	js := orderlytest.JetStream(t, natsserver.Fsync{Interval: time.Second})
+	b := jsstore.NewBatcher(js, 1, 30*time.Second)
+	t.Cleanup(b.Stop)
+	silent, err := js.Conn().Subscribe("held.>", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(wait time.Duration, subject string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		_, err := b.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: []byte(subject)})
+		return err
+	}
+	// The first message keeps the flusher busy for 300 ms, alone; the two
+	// queued meanwhile go out as one batch, and their callers wait 1 s.
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = publish(300*time.Millisecond, "held.first") })
+	time.Sleep(50 * time.Millisecond)
+	for _, s := range []string{"held.a", "held.b"} {
+		wg.Go(func() { _ = publish(time.Second, s) })
+	}
+	wg.Wait()
+	if batches, _ := b.Stats(); batches != 1 {
+		t.Fatalf("%d atomic batches sent, want the two queued messages as one", batches)
+	}
+	if err := silent.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "HELD", Subjects: []string{"held.>"}, AllowAtomicPublish: true}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := publish(3*time.Second, "held.next"); err != nil {
+		t.Fatalf("the message after the lost batch: %v after %s (its flusher still waits for the batch)", err, time.Since(start).Round(time.Millisecond))
+	}
+}
