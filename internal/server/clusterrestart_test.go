@@ -1,0 +1,73 @@
+package server_test
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/orderly-dev/orderly/internal/check"
+	"github.com/orderly-dev/orderly/internal/natsauth"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+)
+
+// TestWholeClusterRestartUnderCheck kills every node of a three-node R3
+// cluster at once (SIGKILL: a power loss of the NATS tier, or a deployment
+// that restarted every node together), under orderly check, with two APIs
+// that may be connected to any node, and starts the nodes again 10 s later
+// on their data. The checker finds no violation (the outage's requests are
+// answered 503, or 202 and decided later); both APIs are not ready while
+// the cluster is down and ready again within 30 s of the restart, and stay
+// so (measured: 11 s, of which 8.4 s until the restarted cluster answered
+// JetStream requests, the rest the feeds made again); each takes an order
+// afterwards without being restarted.
+func TestWholeClusterRestartUnderCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a whole cluster under orderly check for a minute; run without -short")
+	}
+	t.Parallel()
+	cluster := orderlytest.StartProcessCluster(t, orderlytest.ClusterPorts(t, 3))
+	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
+	var logs [2]orderlytest.Buffer
+	apis := make([]*orderlytest.Instance, 2)
+	for i := range apis {
+		cfg := orderlytest.Config(t)
+		orderlytest.Attach(&cfg, cluster.URLs(), cluster.Creds, natsauth.Serve)
+		apis[i] = orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(&logs[i], &slog.HandlerOptions{Level: slog.LevelWarn})))
+	}
+	checked := runCheck(t, check.Config{URLs: []string{apis[0].URL, apis[1].URL}, NATSURL: cluster.URLs(),
+		NATSCredentials: apis[0].Operator(), Clients: 4, Duration: 45 * time.Second, Settle: 60 * time.Second, RequestTimeout: 30 * time.Second})
+	ready := []*readiness{watchReadiness(apis[0].URL), watchReadiness(apis[1].URL)}
+	time.Sleep(5 * time.Second)
+	down := time.Now()
+	for i := range 3 {
+		cluster.Kill(i)
+	}
+	time.Sleep(10 * time.Second)
+	for i := range 3 {
+		cluster.Restart(i)
+	}
+	back := time.Now()
+	rep := checked()
+	t.Logf("checker: %d orders, %d requests, outcomes %v; the cluster down for %s", rep.Orders, rep.Requests, rep.Outcomes, back.Sub(down).Round(100*time.Millisecond))
+	for i, r := range ready {
+		samples := r.end()
+		if _, ok := firstAfter(samples, down.Add(2*time.Second), false); !ok {
+			t.Errorf("API %d was ready while the whole cluster was down", i)
+		}
+		var lastNot time.Time
+		for _, s := range samples {
+			if !s.ready && s.at.After(down) {
+				lastNot = s.at
+			}
+		}
+		t.Logf("API %d: last not ready %s after the restart", i, lastNot.Sub(back).Round(100*time.Millisecond))
+		if lastNot.Sub(back) > 30*time.Second {
+			t.Errorf("API %d: not ready %s after the restart, more than 30 s; its log:\n%s", i, lastNot.Sub(back).Round(100*time.Millisecond), logs[i].String())
+		}
+		if r := apis[i].PostOrder(t, fmt.Sprintf("after-%d", i), orderlytest.Order("c-1"), "Prefer: wait=20"); r.Status != http.StatusCreated {
+			t.Errorf("API %d, an order after the restart: %d %s", i, r.Status, r.Body)
+		}
+	}
+}
