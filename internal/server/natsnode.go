@@ -33,7 +33,7 @@ const silentAfter = 5 * time.Second
 // attempt). Each move counts in moves.
 func (s *Server) watchNATSNode(js jetstream.JetStream, moves prometheus.Counter) {
 	co := jsstore.CutOff{After: cutOffAfter}
-	var silentSince time.Time
+	quiet := silence{after: silentAfter}
 	move := func(why string, args ...any) {
 		url := s.nc.ConnectedUrlRedacted()
 		if len(s.nc.Servers()) < 2 {
@@ -49,29 +49,50 @@ func (s *Server) watchNATSNode(js jetstream.JetStream, moves prometheus.Counter)
 	}
 	s.every(time.Second, func() bool {
 		if !s.nc.IsConnected() {
-			silentSince = time.Time{}
+			quiet = silence{after: silentAfter} // a new connection, a new count
 			return true
 		}
-		if err := s.nc.FlushTimeout(time.Second); err != nil {
-			now := time.Now()
-			if silentSince.IsZero() {
-				silentSince = now.Add(-time.Second) // the ping was sent a second ago
-			}
-			if now.Sub(silentSince) >= silentAfter {
-				silentSince = time.Time{}
-				move("the NATS server does not answer pings", "for", silentAfter, "err", err)
-			}
+		sent := time.Now()
+		err := s.nc.FlushTimeout(time.Second)
+		if quiet.observe(err, sent, time.Now()) {
+			move("the NATS server does not answer pings", "for", silentAfter, "err", err)
+		}
+		if err != nil {
 			return true
 		}
-		silentSince = time.Time{}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := js.AccountInfo(ctx)
+		_, err = js.AccountInfo(ctx)
 		cancel()
 		if co.Observe(err, time.Now()) {
 			move("the NATS server has lost its cluster", "for", cutOffAfter, "err", err)
 		}
 		return true
 	})
+}
+
+// silence counts how long the NATS node has left the pings unanswered.
+type silence struct {
+	after time.Duration
+	since time.Time // when the first of the unbroken unanswered pings was sent
+}
+
+// observe records a ping sent at sent and its outcome err at now, and
+// reports whether to move now: when the pings have gone unanswered for
+// after since the first of them was sent. An answered ping ends the run; a
+// move starts the count again.
+func (q *silence) observe(err error, sent, now time.Time) bool {
+	if err == nil {
+		q.since = time.Time{}
+		return false
+	}
+	if q.since.IsZero() {
+		q.since = sent
+	}
+	if now.Sub(q.since) >= q.after {
+		q.since = time.Time{}
+		return true
+	}
+	return false
 }
 
 // connectionMetrics are the reconnects of nc (after a lost connection, or a
