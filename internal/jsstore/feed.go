@@ -59,6 +59,21 @@ const feedQuiet = 3 * feedHeartbeat
 // the consumer: 3.2 and 7.2 s in TestFailoverUnderCheck).
 const replaceAfter = 25 * time.Second
 
+// replaceTimeout bounds one attempt to replace a feed's consumer, and a
+// failed one is tried again when it is up: a cluster that serves makes a
+// consumer in well under a second, but a request sent while a restarted
+// cluster settles can go unanswered (a replacement that waited 10 s for its
+// answer, followed by one made at once, in TestWholeClusterRestartUnderCheck).
+const replaceTimeout = 3 * feedHeartbeat
+
+// replaceServedAfter is how long nats.go may try to make a feed's consumer
+// again while the stream answers requests, before the feed replaces it:
+// nats.go pauses 1, 2, 4, 8, then 10 s between its attempts, so that after
+// an outage its next attempt came up to 7 s after the cluster served again
+// (TestWholeClusterRestartUnderCheck). Longer than a remake takes when the
+// cluster serves (a consumer made in well under a second).
+const replaceServedAfter = 5 * feedHeartbeat
+
 // follow starts a feed; stop ends it, live is nil while it is live.
 //
 // A feed of what is new starts at the stream's next sequence as read here,
@@ -192,9 +207,8 @@ func (f *feed) watch() {
 		cons, lastTry := f.cons, f.replacedAt
 		f.mu.Unlock()
 		if cons == nil {
-			// The last replacement failed: try again, not more often
-			// than every few heartbeats.
-			if time.Since(lastTry) >= 5*feedHeartbeat {
+			// The last replacement failed: try again once its time is up.
+			if time.Since(lastTry) >= replaceTimeout {
 				f.replace()
 			}
 			continue
@@ -208,6 +222,18 @@ func (f *feed) watch() {
 			cons.CachedInfo()
 			close(looked)
 		}()
+		f.await(looked, began)
+	}
+}
+
+// await waits for nats.go's remake (looked closes once CachedInfo returns),
+// and replaces the consumer when nats.go has tried for replaceAfter, or for
+// replaceServedAfter while the stream answers requests.
+func (f *feed) await(looked <-chan struct{}, began time.Time) {
+	tick := time.NewTicker(feedHeartbeat)
+	defer tick.Stop()
+	deadline := time.After(replaceAfter)
+	for {
 		select {
 		case <-f.done:
 			return
@@ -215,10 +241,26 @@ func (f *feed) watch() {
 			f.mu.Lock()
 			f.remaking = time.Time{}
 			f.mu.Unlock()
-		case <-time.After(replaceAfter):
+			return
+		case <-tick.C:
+			if time.Since(began) >= replaceServedAfter && f.served() {
+				f.replace()
+				return
+			}
+		case <-deadline:
 			f.replace()
+			return
 		}
 	}
+}
+
+// served reports whether the feed's stream answers a request for its info:
+// the cluster can make a consumer of it.
+func (f *feed) served() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), feedHeartbeat)
+	defer cancel()
+	_, err := f.js.Stream(ctx, f.stream)
+	return err == nil
 }
 
 // replace stops the feed's consumer and makes a new one (another name),
@@ -241,7 +283,7 @@ func (f *feed) replace() {
 	f.mu.Unlock()
 	f.drop(old, oldCC)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), replaceTimeout)
 	defer cancel()
 	cons, cc, err := f.consume(ctx, gen, cfg)
 	f.mu.Lock()
