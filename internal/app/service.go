@@ -19,6 +19,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/attempt"
 )
 
 // Results reads the key records of ORDER_RESULTS; ok is false when the key
@@ -291,11 +292,11 @@ func (s *Service) connected(ctx context.Context, deadline time.Time) error {
 	return nil
 }
 
-// attempt bounds one NATS call: attemptTimeout, growing by as much per
-// attempt up to maxAttemptTimeout, within the deadline, and less when the
+// attempt bounds one NATS call: attempt.Timeout (a second, growing by as
+// much per attempt up to three), within the deadline, and less when the
 // connection is lost meanwhile.
 func (s *Service) attempt(ctx context.Context, deadline time.Time, n int) (context.Context, context.CancelFunc) {
-	d := min(time.Duration(n)*attemptTimeout, maxAttemptTimeout, time.Until(deadline))
+	d := min(attempt.Timeout(n), time.Until(deadline))
 	ctx, cancel := context.WithTimeout(ctx, d)
 	if s.cfg.Up == nil {
 		return ctx, cancel
@@ -303,17 +304,6 @@ func (s *Service) attempt(ctx context.Context, deadline time.Time, n int) (conte
 	stop := context.AfterFunc(s.cfg.Up(), cancel)
 	return ctx, func() { stop(); cancel() }
 }
-
-// attemptTimeout is the first attempt's bound. It is far above a publish's
-// latency under load; an attempt that outlives it meets a NATS that does not
-// answer (a leader election, acks held up), and the next attempt waits a
-// second longer, up to maxAttemptTimeout: long enough to hear acks that are
-// seconds late, short enough that a request sent into a leader change is
-// sent again soon after the new leader takes writes.
-const (
-	attemptTimeout    = time.Second
-	maxAttemptTimeout = 3 * time.Second
-)
 
 // pause waits between attempts: 50ms doubling to 1s, cut short by the
 // deadline. False when there is no time left.

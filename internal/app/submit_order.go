@@ -7,6 +7,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
+	"github.com/orderly-dev/orderly/internal/attempt"
 )
 
 // SubmitOrder is a validated POST /v1/orders.
@@ -241,7 +242,7 @@ func (s *Service) await(ctx context.Context, in SubmitOrder, orderID string, upd
 // peek is one read of a key's record, without retries: a waiter reads again
 // at its next poll.
 func (s *Service) peek(ctx context.Context, key string) (idempotency.Record, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	ctx, cancel := context.WithTimeout(ctx, attempt.First)
 	defer cancel()
 	r, found, err := s.deps.Results.Get(ctx, key)
 	if err == nil && found {

@@ -44,6 +44,7 @@ var rules = map[string][]string{
 	"internal/natsserver": {watermill, gin, module + "internal/app"},
 	"internal/datadir":    {natsClient, natsServer, watermill, gin, module},
 	"internal/progress":   {natsClient, natsServer, watermill, gin, module},
+	"internal/attempt":    {natsClient, natsServer, watermill, gin, module},
 	"internal/natsauth":   {natsServer, watermill, gin, module + "internal/app", module + "internal/server"},
 }
 

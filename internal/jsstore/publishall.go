@@ -3,10 +3,10 @@ package jsstore
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orderly-dev/orderly/internal/attempt"
 )
 
 // PubResult is the outcome of one message of PublishAll: the broker's ack, or
@@ -52,8 +52,9 @@ func PublishAll(ctx context.Context, pub Publisher, msgs []*nats.Msg) []PubResul
 // retried by nats.go as by PublishMsg, an API error comes back as a
 // *jetstream.APIError.
 //
-// A message whose ack has not come within an attempt (a second, a second
-// longer each time, at most three) is sent again: one sent into a stream
+// A message whose ack has not come within an attempt (attempt.Timeout: a
+// second, a second longer each time, at most three, as the API's calls) is
+// sent again: one sent into a stream
 // leader's failure is lost without an answer, and a second copy reaches the
 // new leader once it is elected, instead of waiting out ctx (nats-facts 23).
 // The copies carry the message's ID and condition, so a second copy of a
@@ -96,7 +97,7 @@ func (f fastPublish) PublishMsgs(ctx context.Context, msgs []*nats.Msg) []PubRes
 			}
 			sent = append(sent, i)
 		}
-		actx, cancel := context.WithTimeout(ctx, min(time.Duration(n)*attemptTimeout, maxAttemptTimeout))
+		actx, cancel := context.WithTimeout(ctx, attempt.Timeout(n))
 		idx = sent[:0]
 		for _, i := range sent {
 			copies := first[i : i+1]
@@ -120,16 +121,6 @@ func (f fastPublish) PublishMsgs(ctx context.Context, msgs []*nats.Msg) []PubRes
 	}
 	return res
 }
-
-// attemptTimeout bounds the first wait for a message's ack, far above a
-// publish's latency under load; each attempt after it waits a second more,
-// up to maxAttemptTimeout: long enough to hear acks that are seconds late,
-// short enough that a message sent into a leader change is sent again soon
-// after the new leader takes writes. (The API's calls wait as long.)
-const (
-	attemptTimeout    = time.Second
-	maxAttemptTimeout = 3 * time.Second
-)
 
 // awaitCopies waits, until ctx ends, for the answer to the last copy sent of
 // a message, or an ack of its first; false when neither comes. A refusal of

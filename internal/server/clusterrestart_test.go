@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/internal/check"
-	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -33,9 +32,7 @@ func TestWholeClusterRestartUnderCheck(t *testing.T) {
 	var logs [2]orderlytest.Buffer
 	apis := make([]*orderlytest.Instance, 2)
 	for i := range apis {
-		cfg := orderlytest.Config(t)
-		orderlytest.Attach(&cfg, cluster.URLs(), cluster.Creds, natsauth.Serve)
-		apis[i] = orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(&logs[i], &slog.HandlerOptions{Level: slog.LevelWarn})))
+		apis[i] = startAttached(t, cluster, &logs[i], slog.LevelWarn)
 	}
 	checked := runCheck(t, check.Config{URLs: []string{apis[0].URL, apis[1].URL}, NATSURL: cluster.URLs(),
 		NATSCredentials: apis[0].Operator(), Clients: 4, Duration: 45 * time.Second, Settle: 60 * time.Second, RequestTimeout: 30 * time.Second})
@@ -54,7 +51,7 @@ func TestWholeClusterRestartUnderCheck(t *testing.T) {
 	t.Logf("checker: %d orders, %d requests, outcomes %v; the cluster down for %s", rep.Orders, rep.Requests, rep.Outcomes, back.Sub(down).Round(100*time.Millisecond))
 	for i, r := range ready {
 		samples := r.end()
-		if _, ok := firstAfter(samples, down.Add(2*time.Second), false); !ok {
+		if at, ok := firstAfter(samples, down.Add(2*time.Second), false); !ok || !at.Before(back) {
 			t.Errorf("API %d was ready while the whole cluster was down", i)
 		}
 		var lastNot time.Time

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
@@ -126,6 +127,14 @@ func runCheck(t *testing.T, cfg check.Config) (wait func() *check.Report) {
 		}
 		return rep
 	}
+}
+
+// startAttached starts orderly serve on the cluster's URLs as its serve
+// user, logging at level into log.
+func startAttached(t *testing.T, cluster *orderlytest.ProcessCluster, log *orderlytest.Buffer, level slog.Level) *orderlytest.Instance {
+	cfg := orderlytest.Config(t)
+	orderlytest.Attach(&cfg, cluster.URLs(), cluster.Creds, natsauth.Serve)
+	return orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: level})))
 }
 
 func leaderOf(t *testing.T, js jetstream.JetStream, stream string) string {

@@ -46,11 +46,7 @@ func TestNodeDiskFullUnderCheck(t *testing.T) {
 	t.Cleanup(js.Conn().Close)
 	var logs [2]orderlytest.Buffer
 	apis := make([]*orderlytest.Instance, 2)
-	start := func(i int) {
-		cfg := orderlytest.Config(t)
-		orderlytest.Attach(&cfg, cluster.URLs(), cluster.Creds, natsauth.Serve)
-		apis[i] = orderlytest.StartLogged(t, cfg, slog.New(slog.NewTextHandler(&logs[i], &slog.HandlerOptions{Level: slog.LevelWarn})))
-	}
+	start := func(i int) { apis[i] = startAttached(t, cluster, &logs[i], slog.LevelWarn) }
 	// The disk that fills is that of the node that carries the first API's
 	// feed of keyed events, so that nats.go makes that feed's consumer
 	// again; the cluster may place it on any of the three nodes.
