@@ -1,6 +1,6 @@
 // Package attempt is how long one attempt of a NATS call waits for its
-// answer, for the API's calls (internal/app) and the processor's batch
-// publishes (internal/jsstore) alike.
+// answer, for the API's calls (internal/app) and the writes of the
+// processor, the projector and the dead letters (internal/jsstore) alike.
 //
 // The first attempt's bound is far above a publish's latency under load; an
 // attempt that outlives it meets a NATS that does not answer (a leader

@@ -42,7 +42,8 @@ func OpenEvents(ctx context.Context, js jetstream.JetStream, pub Publisher) (*Ev
 // its idempotency key (on every keyed subject of the key), which makes the
 // event the key's claim. A refusal means that another event came first:
 // Append returns nil, with stored false; Event reads the order's event, and
-// KeyEvent the key's.
+// KeyEvent the key's. A publish unanswered within an attempt is sent again
+// (PublishAll, which says which copy's answer counts).
 func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data []byte) (stored bool, err error) {
 	q := AppendRequest{Kind: k, OrderID: orderID, Data: data}
 	e.claimingKeys([]AppendRequest{q})
@@ -50,7 +51,8 @@ func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data
 	if err != nil {
 		return false, err
 	}
-	return appended(e.pub.PublishMsg(ctx, msg))
+	r := PublishAll(ctx, e.pub, []*nats.Msg{msg})[0]
+	return appended(r.Ack, r.Err)
 }
 
 // AppendRequest is one event of AppendAll: Append(Ctx, Kind, OrderID, Data),

@@ -140,6 +140,98 @@ func TestResults(t *testing.T) {
 	}
 }
 
+// TestSingleWritesSendAgainWhatGoesUnanswered: a write of one message, the
+// projector's Save of a key's record and the processor's Claim and Append
+// of a lone command, unanswered (its stream gone, a subscriber that never
+// answers on its subjects: a stream leader that hangs, nats-facts 23), is
+// sent again after a second and stored once the stream is back (300 ms in).
+// On the code before, each waited for its context's end (5 s) and failed:
+// only batches of several commands were sent again.
+func TestSingleWritesSendAgainWhatGoesUnanswered(t *testing.T) {
+	t.Parallel()
+	key := idempotency.KeyHash("t", "k")
+	rec := idempotency.Record{State: idempotency.StateCompleted, OrderID: oid(1), Fingerprint: "fp", Status: 201, Body: []byte("{}")}
+	recordStored := func(ctx context.Context, r *jsstore.Results, _ *jsstore.Events) bool {
+		got, ok, err := r.Get(ctx, key)
+		return err == nil && ok && got.OrderID == rec.OrderID
+	}
+	for _, c := range []struct {
+		name, stream, subjects string
+		write                  func(context.Context, *jsstore.Results, *jsstore.Events) error
+		stored                 func(context.Context, *jsstore.Results, *jsstore.Events) bool
+	}{
+		{"Save", jsstore.ResultsStream, "$KV." + events.ResultsBucket + ".>",
+			func(ctx context.Context, r *jsstore.Results, _ *jsstore.Events) error { return r.Save(ctx, key, rec) },
+			recordStored},
+		{"Claim", jsstore.ResultsStream, "$KV." + events.ResultsBucket + ".>",
+			func(ctx context.Context, r *jsstore.Results, _ *jsstore.Events) error {
+				if _, won, err := r.Claim(ctx, key, rec); err != nil || !won {
+					return fmt.Errorf("won %v: %w", won, err)
+				}
+				return nil
+			},
+			recordStored},
+		{"Append", events.EventStream, events.EventSubjectPrefix + ">",
+			func(ctx context.Context, _ *jsstore.Results, e *jsstore.Events) error {
+				if stored, err := e.Append(ctx, events.KindCreated, oid(1), []byte(`{}`)); err != nil || !stored {
+					return fmt.Errorf("stored %v: %w", stored, err)
+				}
+				return nil
+			},
+			func(ctx context.Context, _ *jsstore.Results, e *jsstore.Events) bool {
+				data, ok, err := e.Event(ctx, oid(1))
+				return err == nil && ok && string(data) == `{}`
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			j := js(t)
+			pub := jsstore.FastPublish(j, 5*time.Second)
+			r, err := jsstore.OpenResults(ctx, j, pub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := jsstore.OpenEvents(ctx, j, pub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := j.DeleteStream(ctx, c.stream); err != nil {
+				t.Fatal(err)
+			}
+			silent, err := j.Conn().Subscribe(c.subjects, func(*nats.Msg) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer silent.Unsubscribe() //nolint:errcheck // the test's connection closes anyway
+			type outcome struct {
+				err  error
+				took time.Duration
+			}
+			written := make(chan outcome, 1)
+			start := time.Now()
+			go func() {
+				ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				err := c.write(ctx, r, e)
+				written <- outcome{err, time.Since(start)}
+			}()
+			time.Sleep(300 * time.Millisecond)
+			if err := jsstore.DefaultTopology().Ensure(ctx, j, nil); err != nil {
+				t.Fatal(err)
+			}
+			o := <-written
+			if o.err != nil || o.took > 2500*time.Millisecond {
+				t.Fatalf("written after %s: %v; want the second copy (sent after 1 s) stored", o.took.Round(time.Millisecond), o.err)
+			}
+			t.Logf("written %s after the write began", o.took.Round(time.Millisecond))
+			if !c.stored(ctx, r, e) {
+				t.Fatal("not stored")
+			}
+		})
+	}
+}
+
 // TestResultKeys: Keys lists every key with a record, once, with the time
 // of its last write, and not the keys deleted since; on an empty bucket it
 // returns at once.

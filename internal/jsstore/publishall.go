@@ -26,22 +26,50 @@ type BatchPublisher interface {
 
 // PublishAll publishes msgs through pub and returns their outcomes in
 // order: all at once when pub is a BatchPublisher, else each on a goroutine
-// of its own (a Batcher groups concurrent calls into atomic batches).
+// of its own (a Batcher groups concurrent calls into atomic batches). Either
+// way a message whose ack has not come within an attempt is sent again, as
+// PublishMsgs does.
 func PublishAll(ctx context.Context, pub Publisher, msgs []*nats.Msg) []PubResult {
 	if bp, ok := pub.(BatchPublisher); ok {
 		return bp.PublishMsgs(ctx, msgs)
 	}
 	res := make([]PubResult, len(msgs))
 	if len(msgs) == 1 {
-		res[0].Ack, res[0].Err = pub.PublishMsg(ctx, msgs[0])
+		res[0] = publishAgain(ctx, pub, msgs[0])
 		return res
 	}
 	var wg sync.WaitGroup
 	for i, m := range msgs {
-		wg.Go(func() { res[i].Ack, res[i].Err = pub.PublishMsg(ctx, m) })
+		wg.Go(func() { res[i] = publishAgain(ctx, pub, m) })
 	}
 	wg.Wait()
 	return res
+}
+
+// publishAgain publishes m through pub, and again whenever an attempt
+// (attempt.Timeout) ends unanswered, until ctx ends: a write lost in a
+// stream leader's failure (nats-facts 23) reaches the new leader soon after
+// its election instead of waiting out ctx. Unlike PublishMsgs it cannot
+// hear a copy's answer after its attempt, so a copy that answers late and
+// a later copy's refusal (a duplicate, a broken condition) say "refused"
+// where the message was stored: its callers read what is stored then, as
+// after a redelivery (the processor's claims and events do). Through a
+// Batcher, a copy still queued when its attempt ends is never sent. Without
+// a deadline on ctx it publishes once, bounded by pub alone.
+func publishAgain(ctx context.Context, pub Publisher, m *nats.Msg) PubResult {
+	if _, ok := ctx.Deadline(); !ok {
+		ack, err := pub.PublishMsg(ctx, m)
+		return PubResult{Ack: ack, Err: err}
+	}
+	for n := 1; ; n++ {
+		actx, cancel := context.WithTimeout(ctx, attempt.Timeout(n))
+		ack, err := pub.PublishMsg(actx, m)
+		lost := err != nil && actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if !lost {
+			return PubResult{Ack: ack, Err: err}
+		}
+	}
 }
 
 // PublishMsgs sends every message with nats.go's asynchronous publish and

@@ -134,13 +134,34 @@ func TestClaimAllAndAppendAll(t *testing.T) {
 // given up; here a subscriber that never answers) is sent again after a
 // second, and the second copy is stored once the stream takes its subjects
 // (here created 300 ms in; an election in a cluster). The batch's messages
-// and a lone message alike, each stored once. On the code before, every one
-// waited for the end of its context (5 s) and failed.
+// and a lone message alike, each stored once, through PublishMsgs and
+// through a Batcher (--batch-writes: PublishAll sends each message through
+// its PublishMsg). On the code before, every one waited for the end of its
+// context (5 s) and failed: PublishMsgs until d7895fc, a Batcher until the
+// commit after it.
 func TestPublishMsgsSendsAgainWhatGoesUnanswered(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name string
+		pub  func(jetstream.JetStream) jsstore.Publisher
+	}{
+		{"PublishMsgs", func(js jetstream.JetStream) jsstore.Publisher { return js }},
+		{"Batcher", func(js jetstream.JetStream) jsstore.Publisher {
+			b := jsstore.NewBatcher(js, 4, 10*time.Second)
+			t.Cleanup(b.Stop)
+			return b
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			plain := js(t)
+			sendsAgain(t, plain, c.pub(jsstore.FastPublish(plain, 5*time.Second)))
+		})
+	}
+}
+
+func sendsAgain(t *testing.T, plain jetstream.JetStream, pub jsstore.Publisher) {
 	ctx := context.Background()
-	plain := js(t)
-	fast := jsstore.FastPublish(plain, 5*time.Second).(jsstore.BatchPublisher)
 	silent, err := plain.Conn().Subscribe("late.>", func(*nats.Msg) {})
 	if err != nil {
 		t.Fatal(err)
@@ -164,12 +185,12 @@ func TestPublishMsgsSendsAgainWhatGoesUnanswered(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			res := fast.PublishMsgs(ctx, c.msgs)
+			res := jsstore.PublishAll(ctx, pub, c.msgs)
 			c.out <- outcome{res, time.Since(start)}
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	if _, err := plain.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}, Duplicates: time.Minute}); err != nil {
+	if _, err := plain.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}, Duplicates: time.Minute, AllowAtomicPublish: true}); err != nil {
 		t.Fatal(err)
 	}
 	for name, out := range map[string]chan outcome{"batch": batch, "lone message": lone} {

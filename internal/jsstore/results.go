@@ -80,11 +80,11 @@ func decodeEntry(e jetstream.KeyValueEntry) (idempotency.Record, bool, error) {
 //
 // It is one publish with an expected last subject sequence of 0 (what a KV
 // Create does, without the extra read nats.go's Create makes on a conflict);
-// a conflict costs one read of the holder.
+// a conflict costs one read of the holder. A publish unanswered within an
+// attempt is sent again (PublishAll, which says which copy's answer counts).
 func (r *Results) Claim(ctx context.Context, key string, claim idempotency.Record) (existing idempotency.Record, won bool, err error) {
 	r.writing()
-	_, err = r.pub.PublishMsg(ctx, claimMsg(key, claim))
-	return r.claimed(ctx, key, claim, err)
+	return r.claimed(ctx, key, claim, PublishAll(ctx, r.pub, []*nats.Msg{claimMsg(key, claim)})[0].Err)
 }
 
 // ClaimRequest is one claim of ClaimAll: Claim(ctx, Key, Record). It and
@@ -152,7 +152,8 @@ func (r *Results) claimed(ctx context.Context, key string, claim idempotency.Rec
 	return existing, false, err
 }
 
-// Save writes rec under key. Writing the same value again is harmless. It
+// Save writes rec under key. Writing the same value again is harmless, and
+// so a write unanswered within an attempt is sent again (PublishAll). It
 // publishes to the bucket's subject itself, without the KV client's check
 // of the key, so it refuses a key that is not a key hash: "a.>" would be
 // stored under a wildcard subject.
@@ -161,8 +162,7 @@ func (r *Results) Save(ctx context.Context, key string, rec idempotency.Record) 
 		return fmt.Errorf("save %q: %w", key, jetstream.ErrInvalidKey)
 	}
 	r.writing()
-	_, err := r.pub.PublishMsg(ctx, &nats.Msg{Subject: resultsSubject + key, Data: rec.Encode()})
-	return err
+	return PublishAll(ctx, r.pub, []*nats.Msg{{Subject: resultsSubject + key, Data: rec.Encode()}})[0].Err
 }
 
 // Revision is the record of key with its revision in the bucket; ok is false

@@ -449,7 +449,9 @@ func (p *Pipeline) deadLetter(d *Delivery, cause error) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
 	defer cancel()
-	if _, err := p.pub.PublishMsg(ctx, DeadLetter(d, p.cfg.DeadLetterSubject, cause)); err != nil {
+	// The dead letter's ID is its original's stream and sequence: a copy
+	// sent again when the first goes unanswered is stored once.
+	if err := jsstore.PublishAll(ctx, p.pub, []*nats.Msg{DeadLetter(d, p.cfg.DeadLetterSubject, cause)})[0].Err; err != nil {
 		return fmt.Errorf("publish dead letter: %w", err)
 	}
 	return nil

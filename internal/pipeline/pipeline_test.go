@@ -53,7 +53,13 @@ func topology() jsstore.Topology {
 // start runs a pipeline with h on js; it is closed when the test ends.
 func start(t *testing.T, js jetstream.JetStream, cfg pipeline.Config, h pipeline.Handler) *pipeline.Pipeline {
 	t.Helper()
-	p, err := pipeline.New(cfg, js, js, h, prometheus.NewRegistry(), orderlytest.Logger())
+	return startWith(t, js, js, cfg, h)
+}
+
+// startWith is start with the pipeline's writes through pub.
+func startWith(t *testing.T, js jetstream.JetStream, pub jsstore.Publisher, cfg pipeline.Config, h pipeline.Handler) *pipeline.Pipeline {
+	t.Helper()
+	p, err := pipeline.New(cfg, js, pub, h, prometheus.NewRegistry(), orderlytest.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,6 +373,48 @@ func TestGiveUpIsRepeatedUntilStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	settled(t, js)
+	if n := len(deadLetters(t, js)); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
+}
+
+// TestDeadLetterUnansweredIsSentAgain: a dead letter whose publish goes
+// unanswered (the dead-letter stream gone, a subscriber that never answers
+// on its subject: a stream leader that hangs, nats-facts 23) is sent again
+// after a second, and stored once the stream is back (300 ms after the
+// message). With the pipeline's timeout of 5 s, as orderly runs it: on the
+// code before, the dead letter waited those 5 s before its next try.
+func TestDeadLetterUnansweredIsSentAgain(t *testing.T) {
+	t.Parallel()
+	top := topology()
+	top.AckWait = 10 * time.Second
+	js := orderlytest.JetStreamWith(t, natsserver.Fsync{Interval: time.Second}, top)
+	ctx := context.Background()
+	if err := js.DeleteStream(ctx, events.DeadLetterStream); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := js.Conn().Subscribe(events.DeadLetterSubject, func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Unsubscribe() //nolint:errcheck // the test's connection closes anyway
+	cfg := config()
+	cfg.Timeout = 5 * time.Second
+	startWith(t, js, jsstore.FastPublish(js, 5*time.Second), cfg, pipeline.Handler{
+		Handle: func(context.Context, *pipeline.Delivery) error { return permanent{errors.New("malformed")} },
+	})
+	at := time.Now()
+	publish(t, js, "malformed", "")
+	time.Sleep(300 * time.Millisecond)
+	if _, err := js.CreateStream(ctx, top.DeadLetterStreamConfig()); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, js)
+	took := time.Since(at)
+	t.Logf("dead-lettered %s after the message", took.Round(time.Millisecond))
+	if took > 2500*time.Millisecond {
+		t.Errorf("dead-lettered %s after the message, want its second copy (sent after 1 s) stored", took.Round(time.Millisecond))
+	}
 	if n := len(deadLetters(t, js)); n != 1 {
 		t.Fatalf("%d dead letters, want 1", n)
 	}
