@@ -32,11 +32,7 @@ func TestNodeDiskFullUnderCheck(t *testing.T) {
 		t.Skip("fills a cluster node's disk under orderly check for a minute; run without -short")
 	}
 	t.Parallel()
-	var stores []string
-	for range 3 {
-		dir, _ := smallDisk(t, 256<<20)
-		stores = append(stores, dir)
-	}
+	stores := smallDisks(t, 3)
 	cluster := orderlytest.StartProcessClusterOn(t, orderlytest.ClusterPorts(t, 3), stores)
 	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
 	js, err := jsstore.DialJetStream(cluster.URLs(), orderlytest.As(cluster.Creds, natsauth.Operator), "disk-test")
@@ -119,4 +115,14 @@ func TestNodeDiskFullUnderCheck(t *testing.T) {
 			t.Logf("API %d: %s", i, strings.TrimSpace(line))
 		}
 	}
+}
+
+// smallDisks mounts n 256 MiB file systems, one for each node's store.
+func smallDisks(t *testing.T, n int) []string {
+	t.Helper()
+	stores := make([]string, n)
+	for i := range stores {
+		stores[i], _ = smallDisk(t, 256<<20)
+	}
+	return stores
 }
