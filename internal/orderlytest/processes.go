@@ -273,10 +273,7 @@ func (c *ProcessCluster) Partition(i int) {
 	c.t.Helper()
 	for j := range c.links {
 		if j != i {
-			for _, p := range []*Proxy{c.links[i][j], c.links[j][i]} {
-				p.Add(c.t, "partition-up", "timeout", "upstream", map[string]any{"timeout": 0})
-				p.Add(c.t, "partition-down", "timeout", "downstream", map[string]any{"timeout": 0})
-			}
+			c.Cut(i, j)
 		}
 	}
 }
@@ -286,11 +283,27 @@ func (c *ProcessCluster) Heal(i int) {
 	c.t.Helper()
 	for j := range c.links {
 		if j != i {
-			for _, p := range []*Proxy{c.links[i][j], c.links[j][i]} {
-				p.Remove(c.t, "partition-up")
-				p.Remove(c.t, "partition-down")
-			}
+			c.Mend(i, j)
 		}
+	}
+}
+
+// Cut drops whatever nodes i and j send each other on their routes, in both
+// directions, until Mend(i, j); each of them still reaches the others.
+func (c *ProcessCluster) Cut(i, j int) {
+	c.t.Helper()
+	for _, p := range []*Proxy{c.links[i][j], c.links[j][i]} {
+		p.Add(c.t, "partition-up", "timeout", "upstream", map[string]any{"timeout": 0})
+		p.Add(c.t, "partition-down", "timeout", "downstream", map[string]any{"timeout": 0})
+	}
+}
+
+// Mend ends Cut(i, j).
+func (c *ProcessCluster) Mend(i, j int) {
+	c.t.Helper()
+	for _, p := range []*Proxy{c.links[i][j], c.links[j][i]} {
+		p.Remove(c.t, "partition-up")
+		p.Remove(c.t, "partition-down")
 	}
 }
 

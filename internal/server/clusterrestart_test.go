@@ -78,8 +78,35 @@ func TestEveryNodesDiskFullUnderCheck(t *testing.T) {
 	})
 }
 
-// outage runs fault, which takes the whole cluster's storage away and gives
-// it back, under orderly check with two APIs on any node of cluster, and
+// TestEveryRouteCutUnderCheck cuts every route of a three-node R3 cluster
+// (each node from both others: a network that drops every packet between
+// them, no connection closed; each node's clients still reach it) for 30 s
+// under orderly check, with two APIs that may be connected to any node. No
+// node has a quorum: nothing can be stored, every node says after a few
+// seconds that it lost its cluster, and an API has no node to move to that
+// serves. The checker finds no violation; both APIs are not ready during
+// the cut and ready again within 30 s of the heal, without a restart of
+// their own, and take an order afterwards.
+func TestEveryRouteCutUnderCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cuts every route of a cluster under orderly check for a minute; run without -short")
+	}
+	t.Parallel()
+	cluster := orderlytest.StartPartitionableCluster(t, orderlytest.ClusterPorts(t, 3))
+	pairs := [][2]int{{0, 1}, {0, 2}, {1, 2}}
+	outage(t, cluster, func() {
+		for _, p := range pairs {
+			cluster.Cut(p[0], p[1])
+		}
+		time.Sleep(30 * time.Second)
+		for _, p := range pairs {
+			cluster.Mend(p[0], p[1])
+		}
+	})
+}
+
+// outage runs fault, which takes the whole cluster's storage away (or its
+// quorum) and gives it back, under orderly check with two APIs on any node of cluster, and
 // asserts what both tests above say.
 func outage(t *testing.T, cluster *orderlytest.ProcessCluster, fault func()) {
 	t.Helper()
