@@ -91,6 +91,9 @@ type ProcessCluster struct {
 	// links[i][j] carries the routes node i dials to node j, when the
 	// cluster was started with StartPartitionableCluster.
 	links [][]*Proxy
+	// capped: started by StartLimitedCluster, each node with a config
+	// file of its own (limitsPath).
+	capped bool
 }
 
 // StartProcessCluster starts len(ports.Client) nats-server processes with
@@ -98,14 +101,14 @@ type ProcessCluster struct {
 // Extra arguments (a config file, say) are passed to every node.
 func StartProcessCluster(t testing.TB, ports Ports, extra ...string) *ProcessCluster {
 	t.Helper()
-	return startProcessCluster(t, ports, false, nil, extra)
+	return startProcessCluster(t, ports, false, nil, extra, 0)
 }
 
 // StartProcessClusterOn is StartProcessCluster with node i's store in
 // stores[i] (a small file system of its own, say).
 func StartProcessClusterOn(t testing.TB, ports Ports, stores []string, extra ...string) *ProcessCluster {
 	t.Helper()
-	return startProcessCluster(t, ports, false, stores, extra)
+	return startProcessCluster(t, ports, false, stores, extra, 0)
 }
 
 // StartPartitionableCluster is StartProcessCluster with every route through
@@ -115,14 +118,25 @@ func StartProcessClusterOn(t testing.TB, ports Ports, stores []string, extra ...
 // that no route is made around the proxies.
 func StartPartitionableCluster(t testing.TB, ports Ports, extra ...string) *ProcessCluster {
 	t.Helper()
-	return startProcessCluster(t, ports, true, nil, extra)
+	return startProcessCluster(t, ports, true, nil, extra, 0)
 }
 
-func startProcessCluster(t testing.TB, ports Ports, proxied bool, stores, extra []string) *ProcessCluster {
+// StartLimitedCluster is StartProcessCluster with every node's JetStream
+// storage capped at maxStore bytes (nats-server's max_file_store, which
+// deploy/nats/node.conf tells operators to set below the disk); Limit
+// raises the cap.
+func StartLimitedCluster(t testing.TB, ports Ports, maxStore int64) *ProcessCluster {
+	t.Helper()
+	return startProcessCluster(t, ports, false, nil, nil, maxStore)
+}
+
+// maxStore caps each node's JetStream storage; 0 leaves nats-server's default.
+func startProcessCluster(t testing.TB, ports Ports, proxied bool, stores, extra []string, maxStore int64) *ProcessCluster {
 	t.Helper()
 	bin := NATSServerBinary(t)
 	n := len(ports.Client)
 	c := &ProcessCluster{Creds: NewCredentials(t), t: t, ports: ports, args: make([][]string, n), procs: make([]*exec.Cmd, n)}
+	c.capped = maxStore > 0
 	if proxied {
 		c.links = make([][]*Proxy, n)
 		for i := range c.links {
@@ -156,6 +170,12 @@ func startProcessCluster(t testing.TB, ports Ports, proxied bool, stores, extra 
 			c.args[i] = append(c.args[i], "--cluster_advertise", "127.0.0.1:1")
 		}
 		c.args[i] = append(c.args[i], extra...)
+		if c.capped {
+			// A config of the node's own that includes the accounts' and
+			// sets the cap; the last --config given wins.
+			c.writeLimit(i, maxStore)
+			c.args[i] = append(c.args[i], "--config", c.limitsPath(i))
+		}
 	}
 	register(ports.URLs(), c.Creds)
 	for i := range c.args {
@@ -304,6 +324,42 @@ func (c *ProcessCluster) Mend(i, j int) {
 	for _, p := range []*Proxy{c.links[i][j], c.links[j][i]} {
 		p.Remove(c.t, "partition-up")
 		p.Remove(c.t, "partition-down")
+	}
+}
+
+// Limit sets every node's JetStream storage cap to maxStore bytes and
+// reloads the nodes (SIGHUP). nats-server takes a raised cap on reload and
+// refuses a lowered one. Only for a cluster of StartLimitedCluster.
+func (c *ProcessCluster) Limit(maxStore int64) {
+	c.t.Helper()
+	if !c.capped {
+		c.t.Fatal("the cluster was not started with StartLimitedCluster")
+	}
+	for i := range c.procs {
+		c.writeLimit(i, maxStore)
+		c.signal(i, syscall.SIGHUP)
+	}
+}
+
+func (c *ProcessCluster) limitsPath(i int) string {
+	return filepath.Join(c.Creds.Dir, fmt.Sprintf("limits-%d.conf", i))
+}
+
+// writeLimit writes node i's config: the accounts' (an include is relative
+// to the file), its name and cluster (a reload checks what the file says
+// alone, and refuses a JetStream cluster without them), and the cap.
+func (c *ProcessCluster) writeLimit(i int, maxStore int64) {
+	c.t.Helper()
+	var routes []string
+	for j, port := range c.ports.Route {
+		if j != i {
+			routes = append(routes, fmt.Sprintf("%q", fmt.Sprintf("nats://127.0.0.1:%d", port)))
+		}
+	}
+	conf := fmt.Sprintf("include %q\nserver_name: %q\ncluster {\n  name: orderly-test\n  listen: \"127.0.0.1:%d\"\n  routes: [%s]\n}\njetstream {\n  max_file_store: %d\n}\n",
+		natsauth.ConfigFile, NodeName(i), c.ports.Route[i], strings.Join(routes, ", "), maxStore)
+	if err := os.WriteFile(c.limitsPath(i), []byte(conf), 0o600); err != nil {
+		c.t.Fatal(err)
 	}
 }
 

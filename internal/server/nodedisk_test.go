@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,4 +126,52 @@ func smallDisks(t *testing.T, n int) []string {
 		stores[i], _ = smallDisk(t, 256<<20)
 	}
 	return stores
+}
+
+// TestClusterStoreCapLosesNoAcceptedOrder: the nodes of an R3 cluster whose
+// JetStream storage is capped (max_file_store, as deploy/nats/node.conf
+// advises; here 8 MiB) reach the cap under async load. A stream leader
+// whose server is over its cap answers "insufficient resources" and steps
+// down, and a node over it calls no election (raft.go, outOfResources), so
+// the streams are left without leaders: the API's publishes get no
+// response, and the processor holds its commands. orderly answers 503
+// (outcome_unknown: a command may have been stored) and says it is not
+// ready; nothing it accepted is lost. The operator raises the cap with a
+// config reload (no restart): the nodes elect leaders again, orderly is
+// ready without a restart of its own, and every order it answered 202 is
+// decided once, under the order ID it was given.
+func TestClusterStoreCapLosesNoAcceptedOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a capped cluster under load; run without -short")
+	}
+	t.Parallel()
+	cluster := orderlytest.StartLimitedCluster(t, orderlytest.ClusterPorts(t, 3), 8<<20)
+	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
+	var log orderlytest.Buffer
+	inst := startAttached(t, cluster, &log, slog.LevelWarn)
+	ready := watchReadiness(inst.URL)
+	load := startLoad(t, inst.URL, "cap")
+	orderlytest.Eventually(t, 3*time.Minute, "the cap to be reached", func() bool { return load.refused.Load() > 50 })
+	capAt := time.Now()
+	orderlytest.Eventually(t, 30*time.Second, "not ready at the cap", func() bool { _, ok := readyz(inst.URL); return !ok })
+	time.Sleep(5 * time.Second)
+	accepted := load.end()
+	t.Logf("at the cap: %d accepted, %d refused with 503", len(accepted), load.refused.Load())
+	if len(accepted) == 0 {
+		t.Fatal("no order accepted: the test needs load")
+	}
+
+	cluster.Limit(1 << 30)
+	raisedAt := time.Now()
+	orderlytest.Eventually(t, 60*time.Second, "ready once the cap is raised", func() bool { _, ok := readyz(inst.URL); return ok })
+	readyAfter := time.Since(raisedAt)
+	if r := inst.PostOrder(t, "after-cap", orderlytest.Order("c-after"), "Prefer: wait=20"); r.Status != http.StatusCreated {
+		t.Fatalf("a new order once the cap is raised: %d %s\n%s", r.Status, r.Body, log.String())
+	}
+	decidedOnce(t, inst, accepted)
+	samples := ready.end()
+	if at, ok := firstAfter(samples, capAt, false); ok {
+		t.Logf("not ready %s after the first refusals", at.Sub(capAt).Round(100*time.Millisecond))
+	}
+	t.Logf("recovery: ready %s after the cap was raised, every accepted order decided %s after", readyAfter.Round(100*time.Millisecond), time.Since(raisedAt).Round(100*time.Millisecond))
 }
