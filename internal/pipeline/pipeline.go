@@ -164,6 +164,7 @@ type Pipeline struct {
 	once    sync.Once
 	held    atomic.Int64 // deliveries held during an infrastructure fault
 	sub     *subscriber
+	gone    atomic.Pointer[error] // why nothing is consumed: the consumer does not exist
 }
 
 // New builds a pipeline that consumes through js and writes dead letters
@@ -291,8 +292,38 @@ func (p *Pipeline) Close() error {
 	return err
 }
 
+// Name is the pipeline's name (Config.Name).
+func (p *Pipeline) Name() string { return p.cfg.Name }
+
 // Held is the number of messages held during an infrastructure fault.
 func (p *Pipeline) Held() int { return int(p.held.Load()) }
+
+// Consuming is nil while the pipeline's consumer exists, and says so when
+// it was found gone (deleted by hand, or not brought back by a restore),
+// until it exists again: meanwhile nothing is consumed, and the messages
+// wait in the stream.
+func (p *Pipeline) Consuming() error {
+	if err := p.gone.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// setGone records whether the consumer is gone (err is the lookup's
+// ErrConsumerNotFound or ErrStreamNotFound), logging each change.
+func (p *Pipeline) setGone(err error) {
+	if err == nil {
+		if p.gone.Load() != nil && p.gone.Swap(nil) != nil {
+			p.logger.Info("the consumer exists again: consumption resumed", "stream", p.cfg.Stream, "consumer", p.cfg.Consumer)
+		}
+		return
+	}
+	gone := fmt.Errorf("consumer %s on %s does not exist, so nothing is consumed: orderly setup makes it again (it then delivers every retained message again): %w",
+		p.cfg.Consumer, p.cfg.Stream, err)
+	if p.gone.Swap(&gone) == nil {
+		p.logger.Error("the pipeline's consumer is gone", "stream", p.cfg.Stream, "consumer", p.cfg.Consumer, "err", gone)
+	}
+}
 
 type batchKey struct{}
 

@@ -122,16 +122,38 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 			}
 		}
 		if err == nil {
+			if failures > 0 {
+				s.p.setGone(nil)
+			}
 			failures = 0
 			continue
 		}
 		// NATS is away, or the consumer has no leader (a pull then fails at
-		// once): wait before the next pull, longer each time.
+		// once): wait before the next pull, longer each time. A consumer
+		// that does not exist fails the same way (no responders), so from
+		// the third failure on, the consumer is looked up.
 		failures++
 		s.p.logger.Debug("fetch", "err", err, "failures", failures)
+		if failures >= 3 {
+			s.lookUp()
+		}
 		if !pause(min(50*time.Millisecond<<min(failures-1, 5), time.Second)) {
 			return
 		}
+	}
+}
+
+// lookUp asks JetStream whether the consumer exists, and records the
+// answer; an answer of neither kind (NATS unavailable) changes nothing.
+func (s *subscriber) lookUp() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := s.p.js.Consumer(ctx, s.p.cfg.Stream, s.p.cfg.Consumer)
+	switch {
+	case err == nil:
+		s.p.setGone(nil)
+	case errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+		s.p.setGone(err)
 	}
 }
 

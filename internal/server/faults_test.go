@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -412,6 +413,71 @@ func TestReplayOfHeaderIsTrustedOnlyOnTheReplaySubject(t *testing.T) {
 		seq, _ := strconv.ParseUint(tc.replayOf, 10, 64)
 		if _, ok, err := evs.Event(ctx, events.OrderID(seq, nonce)); ok || err != nil {
 			t.Fatalf("%s with %s: %s: an order under the sequence of the header (%v)", tc.subject, events.HeaderReplayOf, tc.replayOf, err)
+		}
+	}
+}
+
+// TestDeletedConsumerIsReportedAndComesBack: the processor's durable
+// consumer deleted while orderly runs (by hand, `nats consumer rm`, or a
+// restore that did not bring it back). Nothing is decided then, and on the
+// code before orderly said nothing: ready, orders accepted and pending for
+// ever, the fetch errors logged at debug level only. Now the pipeline looks
+// its consumer up after three failed pulls: /readyz names it
+// (processor_consumer) and the error says what makes it again; once it
+// exists again (orderly setup), the accepted order is decided and orderly
+// is ready, without a restart.
+func TestDeletedConsumerIsReportedAndComesBack(t *testing.T) {
+	t.Parallel()
+	inst := orderlytest.Start(t, orderlytest.Config(t))
+	js := inst.JetStream(t)
+	ctx := context.Background()
+	keys := []string{"before-1", "before-2", "while-gone"}
+	for _, key := range keys[:2] {
+		if r := inst.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+			t.Fatalf("%s: %d %s", key, r.Status, r.Body)
+		}
+	}
+	if err := js.DeleteConsumer(ctx, events.CommandStream, jsstore.ProcessorConsumer); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	r := inst.PostOrder(t, "while-gone", orderlytest.Order("c-1"), "Prefer: respond-async")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("an order while the consumer is gone: %d %s", r.Status, r.Body)
+	}
+	var body []byte
+	orderlytest.Eventually(t, 15*time.Second, "/readyz to name the missing consumer", func() bool {
+		rz, ok := readyz(inst.URL)
+		body = rz.Body
+		return !ok && bytes.Contains(rz.Body, []byte(`"processor_consumer"`))
+	})
+	t.Logf("not ready %s after the deletion: %s", time.Since(deleted).Round(100*time.Millisecond), body)
+	if !bytes.Contains(body, []byte("orderly setup")) {
+		t.Errorf("/readyz does not say what makes the consumer again: %s", body)
+	}
+	if err := inst.Cfg.Topology.Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	made := time.Now()
+	orderlytest.Eventually(t, 15*time.Second, "ready once the consumer exists again", func() bool { _, ok := readyz(inst.URL); return ok })
+	if r := inst.PostOrder(t, "while-gone", orderlytest.Order("c-1"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+		t.Fatalf("the order accepted while the consumer was gone: %d %s", r.Status, r.Body)
+	}
+	t.Logf("ready and the order decided %s after the consumer was made again", time.Since(made).Round(100*time.Millisecond))
+	// The new consumer delivered the commands decided before again: each
+	// was decided as before, nothing stored twice.
+	orderlytest.Eventually(t, 15*time.Second, "every command delivered again and acked", func() bool {
+		c, err := js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer)
+		if err != nil {
+			return false
+		}
+		info := c.CachedInfo()
+		return info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Consumer >= 3
+	})
+	counts := orderlytest.CreatedByKey(t, js)
+	for _, key := range keys {
+		if n := counts[idempotency.KeyHash(api.DefaultTenant, key)]; n != 1 {
+			t.Errorf("%s: %d orders", key, n)
 		}
 	}
 }

@@ -198,6 +198,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	if s.guard != nil {
 		ready = append(ready, ops.Check{Name: "storage", Run: s.guard.Check})
 	}
+	for _, p := range s.pipelines {
+		ready = append(ready, ops.Check{Name: p.Name() + "_consumer", Run: func(context.Context) error { return p.Consuming() }})
+	}
 	live := []ops.Check{{Name: "store", Run: func(context.Context) error { return s.fault.dead(cfg.StoreFaultGrace) }}}
 	if s.ns != nil {
 		s.wg.Add(2)
