@@ -313,7 +313,7 @@ func (p *Pipeline) Consuming() error {
 // ErrConsumerNotFound or ErrStreamNotFound), logging each change.
 func (p *Pipeline) setGone(err error) {
 	if err == nil {
-		if p.gone.Load() != nil && p.gone.Swap(nil) != nil {
+		if p.gone.Load() != nil && p.gone.Swap(nil) != nil { // a Load first: it runs at every pull
 			p.logger.Info("the consumer exists again: consumption resumed", "stream", p.cfg.Stream, "consumer", p.cfg.Consumer)
 		}
 		return

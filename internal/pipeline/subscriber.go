@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -33,6 +34,8 @@ type subscriber struct {
 	// (the pump's goroutine only).
 	intake uint64
 	grew   time.Time
+
+	looking atomic.Bool // a lookup of the consumer is running (lookUp)
 }
 
 var _ message.Subscriber = (*subscriber)(nil)
@@ -122,20 +125,23 @@ func (s *subscriber) pump(ctx context.Context, out chan<- *message.Message, stop
 			}
 		}
 		if err == nil {
-			if failures > 0 {
-				s.p.setGone(nil)
-			}
+			s.p.setGone(nil) // also after a lookup that answered before the consumer was made again
 			failures = 0
 			continue
 		}
 		// NATS is away, or the consumer has no leader (a pull then fails at
 		// once): wait before the next pull, longer each time. A consumer
 		// that does not exist fails the same way (no responders), so from
-		// the third failure on, the consumer is looked up.
+		// the third failure on, the consumer is looked up, on the side: a
+		// lookup that waits for a cluster without leaders must not delay
+		// the next pull.
 		failures++
 		s.p.logger.Debug("fetch", "err", err, "failures", failures)
-		if failures >= 3 {
-			s.lookUp()
+		if failures >= 3 && s.looking.CompareAndSwap(false, true) {
+			go func() {
+				defer s.looking.Store(false)
+				s.lookUp()
+			}()
 		}
 		if !pause(min(50*time.Millisecond<<min(failures-1, 5), time.Second)) {
 			return
