@@ -88,6 +88,13 @@ type ProcessCluster struct {
 	args  [][]string
 	mu    sync.Mutex
 	procs []*exec.Cmd
+	// exited[i] closes when node i's current process has exited; exits[i]
+	// says when and how, if it exited on its own; output[i] keeps the end
+	// of its output (all of it goes to stderr with ORDERLY_TEST_LOG): a
+	// failed test reports each node's state and last lines.
+	exited []chan struct{}
+	exits  []string
+	output []*tailBuffer
 	// links[i][j] carries the routes node i dials to node j, when the
 	// cluster was started with StartPartitionableCluster.
 	links [][]*Proxy
@@ -135,7 +142,11 @@ func startProcessCluster(t testing.TB, ports Ports, proxied bool, stores, extra 
 	t.Helper()
 	bin := NATSServerBinary(t)
 	n := len(ports.Client)
-	c := &ProcessCluster{Creds: NewCredentials(t), t: t, ports: ports, args: make([][]string, n), procs: make([]*exec.Cmd, n)}
+	c := &ProcessCluster{Creds: NewCredentials(t), t: t, ports: ports, args: make([][]string, n), procs: make([]*exec.Cmd, n),
+		exited: make([]chan struct{}, n), exits: make([]string, n), output: make([]*tailBuffer, n)}
+	for i := range c.output {
+		c.output[i] = &tailBuffer{max: 8 << 10}
+	}
 	c.capped = maxStore > 0
 	if proxied {
 		c.links = make([][]*Proxy, n)
@@ -186,6 +197,7 @@ func startProcessCluster(t testing.TB, ports Ports, proxied bool, stores, extra 
 			c.Kill(i)
 		}
 	})
+	t.Cleanup(c.report) // before the kills: cleanups run last first
 	c.waitJetStream()
 	return c
 }
@@ -198,13 +210,26 @@ func (c *ProcessCluster) start(i int) {
 	cmd.SysProcAttr = natsserver.ChildAttr()
 	if os.Getenv("ORDERLY_TEST_LOG") != "" {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	} else {
+		fmt.Fprintf(c.output[i], "--- started %s\n", time.Now().Format("15:04:05.000"))
+		cmd.Stdout, cmd.Stderr = c.output[i], c.output[i]
 	}
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
+	exited := make(chan struct{})
 	c.mu.Lock()
-	c.procs[i] = cmd
+	c.procs[i], c.exited[i], c.exits[i] = cmd, exited, ""
 	c.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		c.mu.Lock()
+		if c.procs[i] == cmd { // not killed by the test
+			c.exits[i] = fmt.Sprintf("exited on its own at %s (%v)", time.Now().Format("15:04:05.000"), err)
+		}
+		c.mu.Unlock()
+		close(exited)
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", c.ports.Client[i]), time.Second)
@@ -256,13 +281,56 @@ func (c *ProcessCluster) NodeURL(i int) string {
 // Kill kills node i with SIGKILL (again is a no-op).
 func (c *ProcessCluster) Kill(i int) {
 	c.mu.Lock()
-	cmd := c.procs[i]
+	cmd, exited := c.procs[i], c.exited[i]
 	c.procs[i] = nil
 	c.mu.Unlock()
 	if cmd != nil {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
+		<-exited
 	}
+}
+
+// report logs, when the test failed, each node's state and the end of its
+// output.
+func (c *ProcessCluster) report() {
+	if !c.t.Failed() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, cmd := range c.procs {
+		state := "running"
+		switch {
+		case c.exits[i] != "":
+			state = c.exits[i]
+		case cmd == nil:
+			state = "killed by the test"
+		}
+		c.t.Logf("nats-server node %d: %s; the end of its output:\n%s", i, state, c.output[i].String())
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
 
 // Freeze stops node i's process with SIGSTOP, as a host that hangs: its
