@@ -24,6 +24,24 @@ func js(t testing.TB) jetstream.JetStream {
 	return orderlytest.JetStream(t, natsserver.Fsync{Interval: time.Second})
 }
 
+// stores opens Results and Events on a new server, writing through
+// FastPublish as orderly does.
+func stores(t *testing.T) (jetstream.JetStream, *jsstore.Results, *jsstore.Events) {
+	t.Helper()
+	ctx := context.Background()
+	j := js(t)
+	pub := jsstore.FastPublish(j, 5*time.Second)
+	r, err := jsstore.OpenResults(ctx, j, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := jsstore.OpenEvents(ctx, j, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, r, e
+}
+
 func command(key string) events.CreateOrder {
 	return events.CreateOrder{Type: events.CreateOrderType, Nonce: events.NewNonce(), Tenant: "t",
 		KeyHash: idempotency.KeyHash("t", key), Fingerprint: "fp", AcceptedAt: time.Now(),
@@ -186,16 +204,7 @@ func TestSingleWritesSendAgainWhatGoesUnanswered(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			j := js(t)
-			pub := jsstore.FastPublish(j, 5*time.Second)
-			r, err := jsstore.OpenResults(ctx, j, pub)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := jsstore.OpenEvents(ctx, j, pub)
-			if err != nil {
-				t.Fatal(err)
-			}
+			j, r, e := stores(t)
 			if err := j.DeleteStream(ctx, c.stream); err != nil {
 				t.Fatal(err)
 			}

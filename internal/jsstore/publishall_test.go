@@ -76,12 +76,7 @@ func TestPublishAllAnswersAsPublishMsg(t *testing.T) {
 func TestClaimAllAndAppendAll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	j := js(t)
-	pub := jsstore.FastPublish(j, 5*time.Second)
-	r, err := jsstore.OpenResults(ctx, j, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r, e := stores(t)
 	rec := func(orderID string) idempotency.Record {
 		return idempotency.Record{State: idempotency.StateCompleted, OrderID: orderID, Fingerprint: "fp", Status: 201, Body: []byte(`{}`)}
 	}
@@ -100,10 +95,6 @@ func TestClaimAllAndAppendAll(t *testing.T) {
 		}
 	}
 
-	e, err := jsstore.OpenEvents(ctx, j, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
 	a, b, c := events.OrderID(1, events.NewNonce()), events.OrderID(2, events.NewNonce()), events.OrderID(3, events.NewNonce())
 	if stored, err := e.Append(ctx, events.KindCreated, a, []byte(`{"a":1}`)); err != nil || !stored {
 		t.Fatal(stored, err)

@@ -273,6 +273,18 @@ func (c *ProcessCluster) waitJetStream() {
 // URLs are the nodes' client URLs, comma-separated.
 func (c *ProcessCluster) URLs() string { return c.ports.URLs() }
 
+// JetStream connects to the cluster as its operator; the connection closes
+// when the test ends.
+func (c *ProcessCluster) JetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	js, err := jsstore.DialJetStream(c.URLs(), As(c.Creds, natsauth.Operator), "orderly-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(js.Conn().Close)
+	return js
+}
+
 // NodeURL is node i's client URL alone.
 func (c *ProcessCluster) NodeURL(i int) string {
 	return fmt.Sprintf("nats://127.0.0.1:%d", c.ports.Client[i])

@@ -12,8 +12,6 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/check"
-	"github.com/orderly-dev/orderly/internal/jsstore"
-	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -104,12 +102,7 @@ func TestEveryRouteCutUnderCheck(t *testing.T) {
 	t.Parallel()
 	cluster := orderlytest.StartPartitionableCluster(t, orderlytest.ClusterPorts(t, 3))
 	outage(t, cluster, 90*time.Second, func(ready []*readiness) {
-		js, err := jsstore.DialJetStream(cluster.URLs(), orderlytest.As(cluster.Creds, natsauth.Operator), "route-cut-test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		leader := cluster.Index(leaderOf(t, js, events.CommandStream))
-		js.Conn().Close()
+		leader := cluster.Index(leaderOf(t, cluster.JetStream(t), events.CommandStream))
 		first := [2]int{leader, (leader + 1) % 3}
 		cutAt := time.Now()
 		cluster.Cut(first[0], first[1])

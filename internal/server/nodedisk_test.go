@@ -11,8 +11,6 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/check"
-	"github.com/orderly-dev/orderly/internal/jsstore"
-	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
 
@@ -36,11 +34,7 @@ func TestNodeDiskFullUnderCheck(t *testing.T) {
 	stores := smallDisks(t, 3)
 	cluster := orderlytest.StartProcessClusterOn(t, orderlytest.ClusterPorts(t, 3), stores)
 	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
-	js, err := jsstore.DialJetStream(cluster.URLs(), orderlytest.As(cluster.Creds, natsauth.Operator), "disk-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(js.Conn().Close)
+	js := cluster.JetStream(t)
 	var logs [2]orderlytest.Buffer
 	apis := make([]*orderlytest.Instance, 2)
 	start := func(i int) { apis[i] = startAttached(t, cluster, &logs[i], slog.LevelWarn) }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/check"
-	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
@@ -94,11 +93,7 @@ func TestPartitionUnderCheck(t *testing.T) {
 	// Not parallel: it measures failover, not the CPU the other tests take.
 	cluster := orderlytest.StartPartitionableCluster(t, orderlytest.ClusterPorts(t, 3))
 	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
-	js, err := jsstore.DialJetStream(cluster.URLs(), orderlytest.As(cluster.Creds, natsauth.Operator), "partition-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(js.Conn().Close)
+	js := cluster.JetStream(t)
 	cut := cluster.Index(leaderOf(t, js, events.CommandStream))
 	var rest []string
 	for i := 0; i < 3; i++ {
