@@ -116,13 +116,14 @@ func Violations() []error {
 
 // MainWithOpenAPI is a TestMain that turns CheckResponses on for the whole
 // package and fails the run on any response that broke the OpenAPI document,
-// including those of goroutines that could not fail their test.
+// including those of goroutines that could not fail their test; like Main,
+// it removes the binary BuildOrderly built.
 func MainWithOpenAPI(m *testing.M) {
 	if err := CheckResponses(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := run(m)
 	if vs := Violations(); len(vs) > 0 {
 		fmt.Fprintf(os.Stderr, "%d responses break the OpenAPI document:\n", len(vs))
 		for _, v := range vs {
