@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
@@ -281,30 +283,59 @@ func Stored(t testing.TB, js jetstream.JetStream, stream string) uint64 {
 }
 
 // Events returns every stored event of ORDER_EVENTS, decoded, once the
-// processors have settled (see settle).
+// processors have settled (see settle). An ordered consumer streams them:
+// one request per event took seconds for thousands under the race detector,
+// and a read that ended at its first error would have left out the events
+// after it.
 func Events(t testing.TB, js jetstream.JetStream) []events.RawEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	settle(ctx, js)
-	s, err := js.Stream(ctx, events.EventStream)
+	cons, err := js.OrderedConsumer(ctx, events.EventStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.EventSubjects}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer jsstore.DeleteOrdered(js, events.EventStream, cons)
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending == 0 {
+		return nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	defer context.AfterFunc(ctx, it.Stop)()
 	var out []events.RawEvent
-	for seq := uint64(1); ; {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(events.EventSubjects))
+	for {
+		m, err := it.Next(jetstream.NextMaxWait(time.Second))
+		if errors.Is(err, nats.ErrTimeout) {
+			// Events counted at the start may have expired since.
+			if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 {
+				return out
+			}
+			continue
+		}
 		if err != nil {
-			break
+			t.Fatalf("reading the events after %d of them: %v", len(out), err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
 		}
 		var ev events.RawEvent
-		if err := json.Unmarshal(m.Data, &ev); err != nil {
-			t.Fatalf("event %d: %v", m.Sequence, err)
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			t.Fatalf("event %d: %v", md.Sequence.Stream, err)
 		}
 		out = append(out, ev)
-		seq = m.Sequence + 1
+		if md.NumPending == 0 {
+			return out
+		}
 	}
-	return out
 }
 
 // settle waits, at most settleWait, until the processors' consumer has

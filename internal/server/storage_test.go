@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orderly-dev/orderly/api"
+	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
@@ -139,10 +140,20 @@ func decidedOnce(t *testing.T, inst *orderlytest.Instance, accepted map[string]s
 	if len(failed) > 0 {
 		t.Fatalf("%d of %d accepted keys:\n%s", len(failed), len(accepted), strings.Join(failed[:min(len(failed), 10)], "\n"))
 	}
-	counts := orderlytest.CreatedByKey(t, inst.JetStream(t))
+	js := inst.JetStream(t)
+	counts := orderlytest.CreatedByKey(t, js)
 	for key := range accepted {
 		if n := counts[idempotency.KeyHash(api.DefaultTenant, key)]; n != 1 {
-			t.Fatalf("%s: %d orders", key, n)
+			// Whether the stream lost the event or a read missed it: the
+			// stream's state, and the count read again.
+			time.Sleep(2 * time.Second)
+			again := orderlytest.CreatedByKey(t, js)[idempotency.KeyHash(api.DefaultTenant, key)]
+			var state string
+			if s, err := js.Stream(t.Context(), events.EventStream); err == nil {
+				st := s.CachedInfo().State
+				state = fmt.Sprintf("first %d, last %d, %d messages, %d deleted", st.FirstSeq, st.LastSeq, st.Msgs, st.NumDeleted)
+			}
+			t.Fatalf("%s: %d orders (%d read again 2 s later); %d keys counted; ORDER_EVENTS: %s", key, n, again, len(counts), state)
 		}
 	}
 }
