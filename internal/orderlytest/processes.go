@@ -459,7 +459,7 @@ func (c *ProcessCluster) Index(serverName string) int {
 
 // BuildOrderly returns the orderly binary, built once for the test binary
 // that asks: each build links anew (8-9 s of CPU, with everything else in
-// the build cache), and the tests of a package asked for it 14 times. The
+// the build cache), and the tests of cmd/orderly ask for it at 17 places. The
 // package's TestMain runs its tests through Main, which removes the binary
 // when they are done.
 func BuildOrderly(t testing.TB) string {
