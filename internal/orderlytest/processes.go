@@ -468,7 +468,8 @@ func BuildOrderly(t testing.TB) string {
 		t.Fatal("BuildOrderly needs the package's TestMain to run its tests through orderlytest.Main")
 	}
 	orderlyOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "orderly-test-bin-")
+		removeStaleBuilds()
+		dir, err := os.MkdirTemp("", orderlyBuildPrefix)
 		if err != nil {
 			orderlyErr = err
 			return
@@ -486,6 +487,20 @@ func BuildOrderly(t testing.TB) string {
 	}
 	return orderlyBin
 }
+
+// removeStaleBuilds removes the builds of test binaries that died before
+// Main could (a panic, a timeout): those older than an hour, longer than
+// any test binary runs.
+func removeStaleBuilds() {
+	old, _ := filepath.Glob(filepath.Join(os.TempDir(), orderlyBuildPrefix+"*"))
+	for _, dir := range old {
+		if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) > time.Hour {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
+const orderlyBuildPrefix = "orderly-test-bin-"
 
 var (
 	inMain      atomic.Bool
