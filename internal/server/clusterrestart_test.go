@@ -93,11 +93,10 @@ func TestEveryNodesDiskFullUnderCheck(t *testing.T) {
 // other cluster tests, and once 49.9 s, in a CI run), so the test asks only
 // that each API is ready for some of those 50 s, between the moments the
 // streams have no leader, and logs when it was last not ready. With every
-// route cut no node has
-// a quorum, so nothing can be stored, and an API has no node to move to
-// that serves. The checker finds no violation; both APIs are not ready
-// during the cut and ready again within 30 s of the heal, without a
-// restart of their own, and take an order afterwards.
+// route cut no node has a quorum, so nothing can be stored, and an API has
+// no node to move to that serves. The checker finds no violation; both
+// APIs are not ready during the cut and ready again within 30 s of the
+// heal, without a restart of their own, and take an order afterwards.
 func TestEveryRouteCutUnderCheck(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cuts routes of a cluster under orderly check for a minute; run without -short")

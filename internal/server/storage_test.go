@@ -138,7 +138,7 @@ func decidedOnce(t *testing.T, inst *orderlytest.Instance, accepted map[string]s
 	close(keys)
 	wg.Wait()
 	if len(failed) > 0 {
-		t.Fatalf("%d of %d accepted keys:\n%s", len(failed), len(accepted), strings.Join(failed[:min(len(failed), 10)], "\n"))
+		t.Fatalf("%d failures among the %d accepted keys (the first ten):\n%s", len(failed), len(accepted), strings.Join(failed[:min(len(failed), 10)], "\n"))
 	}
 	js := inst.JetStream(t)
 	counts := orderlytest.CreatedByKey(t, js)
