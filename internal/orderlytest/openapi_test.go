@@ -1,0 +1,91 @@
+package orderlytest
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestCheckResponsesFindsEachViolation answers requests with made-up
+// responses, one broken way each, and asks the OpenAPI check to name each
+// one and to pass the responses the document allows.
+func TestCheckResponsesFindsEachViolation(t *testing.T) {
+	if err := CheckResponses(); err != nil {
+		t.Fatal(err)
+	}
+	defer responseCheck.Store(nil)
+	const (
+		order   = `{"id":"ord_01ARZ3NDEKTSV4RRFFQ69G5FAV","status":"created","customer_id":"c","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price":1}],"total":1,"accepted_at":"2026-12-07T00:00:00Z","created_at":"2026-12-07T00:00:00Z"}`
+		problem = `{"type":"about:blank","title":"Not Found","status":404,"code":"not_found"}`
+	)
+	type answer struct {
+		status int
+		header map[string]string
+		body   string
+	}
+	cases := []struct {
+		name, method, path string
+		answer             answer
+		want               string // "" when the response is valid
+	}{
+		{"a valid order", "GET", "/v1/orders/ord_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+			answer{200, map[string]string{"Content-Type": "application/json"}, order}, ""},
+		{"a valid problem", "GET", "/v1/orders/nope",
+			answer{404, map[string]string{"Content-Type": "application/problem+json"}, problem}, ""},
+		{"a status the operation does not declare", "GET", "/v1/orders/nope",
+			answer{418, map[string]string{"Content-Type": "application/problem+json"}, problem}, "status is not supported"},
+		{"a body that breaks its schema", "GET", "/v1/orders/nope",
+			answer{404, map[string]string{"Content-Type": "application/problem+json"}, `{"type":"about:blank","title":"x","status":404,"code":"no_such_code"}`}, "code"},
+		{"a body without a required field", "GET", "/v1/orders/nope",
+			answer{404, map[string]string{"Content-Type": "application/problem+json"}, `{"type":"about:blank","title":"x","status":404}`}, "code"},
+		{"a media type the response does not declare", "GET", "/v1/orders/nope",
+			answer{404, map[string]string{"Content-Type": "text/plain"}, problem}, "Content-Type"},
+		{"a header that breaks its schema", "GET", "/v1/orders/nope",
+			answer{503, map[string]string{"Content-Type": "application/problem+json", "Retry-After": "soon"}, strings.Replace(problem, "not_found", "service_unavailable", 1)}, "Retry-After"},
+		{"a HEAD with a status its operation does not declare", "HEAD", "/v1/orders/nope",
+			answer{418, nil, ""}, "status is not supported"},
+		{"a HEAD with a declared status", "HEAD", "/v1/orders/nope",
+			answer{404, nil, ""}, ""},
+		{"an undocumented path answered 200", "GET", "/v1/secret",
+			answer{200, map[string]string{"Content-Type": "application/json"}, `{}`}, "does not list"},
+		{"an undocumented path answered with a problem", "GET", "/v1/secret",
+			answer{404, map[string]string{"Content-Type": "application/problem+json"}, problem}, ""},
+		{"an undocumented method answered 200", "DELETE", "/v1/orders/nope",
+			answer{200, map[string]string{"Content-Type": "application/json"}, `{}`}, "does not list"},
+		{"a trailing slash answered 200", "GET", "/healthz/",
+			answer{200, map[string]string{"Content-Type": "application/json"}, `{"status":"ok"}`}, "does not list"},
+	}
+	var current answer
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for k, v := range current.header {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(current.status)
+		_, _ = w.Write([]byte(current.body))
+	}))
+	defer srv.Close()
+	before := len(Violations())
+	wantViolations := 0
+	for _, c := range cases {
+		current = c.answer
+		r, err := TryDo(c.method, srv.URL+c.path, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		switch {
+		case c.want == "" && r.Violation != nil:
+			t.Errorf("%s: a violation: %v", c.name, r.Violation)
+		case c.want != "" && r.Violation == nil:
+			t.Errorf("%s: no violation found", c.name)
+		case c.want != "" && !strings.Contains(r.Violation.Error(), c.want):
+			t.Errorf("%s: violation %q does not name %q", c.name, r.Violation, c.want)
+		}
+		if c.want != "" {
+			wantViolations++
+		}
+	}
+	if got := len(Violations()) - before; got != wantViolations {
+		t.Errorf("Violations() grew by %d, want %d", got, wantViolations)
+	}
+}
