@@ -797,7 +797,12 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 // order exactly once, retries included.
 func TestAsyncAndSyncClientsGetEveryOrderOnce(t *testing.T) {
 	t.Parallel()
-	inst := orderlytest.Start(t, orderlytest.Config(t))
+	cfg := orderlytest.Config(t)
+	// The waiting clients must get their 201, not how soon: with the 2 s
+	// default, 3 of the 40 were answered 202 in a CI run under -race on a
+	// 2-core machine slower than usual that hour (2026-12-07).
+	cfg.API.Wait = 10 * time.Second
+	inst := orderlytest.Start(t, cfg)
 	const n = 40
 	var wg sync.WaitGroup
 	ids := make([]string, 2*n)
