@@ -3,6 +3,7 @@ package orderlytest
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -56,20 +57,26 @@ func TestCheckResponsesFindsEachViolation(t *testing.T) {
 		{"a trailing slash answered 200", "GET", "/healthz/",
 			answer{200, map[string]string{"Content-Type": "application/json"}, `{"status":"ok"}`}, "does not list"},
 	}
-	var current answer
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		for k, v := range current.header {
+	// The request names its case: the handler's goroutine reads only what
+	// was written before the server started.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i, err := strconv.Atoi(r.Header.Get("Test-Case"))
+		if err != nil || i < 0 || i >= len(cases) {
+			http.Error(w, "no such case", http.StatusBadRequest)
+			return
+		}
+		a := cases[i].answer
+		for k, v := range a.header {
 			w.Header().Set(k, v)
 		}
-		w.WriteHeader(current.status)
-		_, _ = w.Write([]byte(current.body))
+		w.WriteHeader(a.status)
+		_, _ = w.Write([]byte(a.body))
 	}))
 	defer srv.Close()
 	before := len(Violations())
 	wantViolations := 0
-	for _, c := range cases {
-		current = c.answer
-		r, err := TryDo(c.method, srv.URL+c.path, nil)
+	for i, c := range cases {
+		r, err := TryDo(c.method, srv.URL+c.path, nil, "Test-Case: "+strconv.Itoa(i))
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
