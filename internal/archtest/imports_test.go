@@ -46,6 +46,8 @@ var rules = map[string][]string{
 	"internal/progress":   {natsClient, natsServer, watermill, gin, module},
 	"internal/attempt":    {natsClient, natsServer, watermill, gin, module},
 	"internal/natsauth":   {natsServer, watermill, gin, module + "internal/app", module + "internal/server"},
+	// compiled once: nothing the tests it checks run (see its package comment)
+	"internal/openapicheck": {natsClient, natsServer, watermill, module + "internal/server", module + "internal/orderlytest", jsstorePkg, pipelinePkg, module + "internal/natsserver", module + "internal/natsauth"},
 }
 
 type pkg struct {

@@ -1,98 +1,65 @@
 package orderlytest
 
 import (
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 )
 
-// TestCheckResponsesFindsEachViolation answers requests with made-up
-// responses, one broken way each, and asks the OpenAPI check to name each
-// one and to pass the responses the document allows.
-func TestCheckResponsesFindsEachViolation(t *testing.T) {
-	if err := CheckResponses(); err != nil {
-		t.Fatal(err)
-	}
-	defer responseCheck.Store(nil)
-	const (
-		order   = `{"id":"ord_01ARZ3NDEKTSV4RRFFQ69G5FAV","status":"created","customer_id":"c","currency":"EUR","items":[{"sku":"S","quantity":1,"unit_price":1}],"total":1,"accepted_at":"2026-12-07T00:00:00Z","created_at":"2026-12-07T00:00:00Z"}`
-		problem = `{"type":"about:blank","title":"Not Found","status":404,"code":"not_found"}`
-	)
-	type answer struct {
-		status int
-		header map[string]string
-		body   string
-	}
-	cases := []struct {
-		name, method, path string
-		answer             answer
-		want               string // "" when the response is valid
-	}{
-		{"a valid order", "GET", "/v1/orders/ord_01ARZ3NDEKTSV4RRFFQ69G5FAV",
-			answer{200, map[string]string{"Content-Type": "application/json"}, order}, ""},
-		{"a valid problem", "GET", "/v1/orders/nope",
-			answer{404, map[string]string{"Content-Type": "application/problem+json"}, problem}, ""},
-		{"a status the operation does not declare", "GET", "/v1/orders/nope",
-			answer{418, map[string]string{"Content-Type": "application/problem+json"}, problem}, "response code '418' does not exist"},
-		{"a body that breaks its schema", "GET", "/v1/orders/nope",
-			answer{404, map[string]string{"Content-Type": "application/problem+json"}, `{"type":"about:blank","title":"x","status":404,"code":"no_such_code"}`}, "code"},
-		{"a body without a required field", "GET", "/v1/orders/nope",
-			answer{404, map[string]string{"Content-Type": "application/problem+json"}, `{"type":"about:blank","title":"x","status":404}`}, "code"},
-		{"a media type the response does not declare", "GET", "/v1/orders/nope",
-			answer{404, map[string]string{"Content-Type": "text/plain"}, problem}, "content type 'text/plain'"},
-		{"a header that breaks its schema", "GET", "/v1/orders/nope",
-			answer{503, map[string]string{"Content-Type": "application/problem+json", "Retry-After": "soon"}, strings.Replace(problem, "not_found", "service_unavailable", 1)}, "retry-after"},
-		{"a HEAD with a status its operation does not declare", "HEAD", "/v1/orders/nope",
-			answer{418, nil, ""}, "response code '418' does not exist"},
-		{"a HEAD with a declared status", "HEAD", "/v1/orders/nope",
-			answer{404, nil, ""}, ""},
-		{"an undocumented path answered 200", "GET", "/v1/secret",
-			answer{200, map[string]string{"Content-Type": "application/json"}, `{}`}, "does not list"},
-		{"an undocumented path answered with a problem", "GET", "/v1/secret",
-			answer{404, map[string]string{"Content-Type": "application/problem+json"}, problem}, ""},
-		{"an undocumented method answered 200", "DELETE", "/v1/orders/nope",
-			answer{200, map[string]string{"Content-Type": "application/json"}, `{}`}, "does not list"},
-		{"a trailing slash answered 200", "GET", "/healthz/",
-			answer{200, map[string]string{"Content-Type": "application/json"}, `{"status":"ok"}`}, "does not list"},
-	}
-	// The request names its case: the handler's goroutine reads only what
-	// was written before the server started.
+// TestResponseCheckSeesEveryResponse: with a check on, Do and TryDo pass it
+// each response with its body still readable, set Violation to what it
+// found (naming the request), and Violations keeps each one; with the
+// check off, nothing is checked.
+func TestResponseCheckSeesEveryResponse(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		i, err := strconv.Atoi(r.Header.Get("Test-Case"))
-		if err != nil || i < 0 || i >= len(cases) {
-			http.Error(w, "no such case", http.StatusBadRequest)
-			return
-		}
-		a := cases[i].answer
-		for k, v := range a.header {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(a.status)
-		_, _ = w.Write([]byte(a.body))
+		w.WriteHeader(map[string]int{"/good": 200, "/bad": 418}[r.URL.Path])
+		_, _ = w.Write([]byte("body of " + r.URL.Path))
 	}))
 	defer srv.Close()
-	before := len(Violations())
-	wantViolations := 0
-	for i, c := range cases {
-		r, err := TryDo(c.method, srv.URL+c.path, nil, "Test-Case: "+strconv.Itoa(i))
+	var seen []string
+	CheckResponses(func(req *http.Request, resp *http.Response) error {
+		b, err := io.ReadAll(resp.Body)
 		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
+			return err
 		}
-		switch {
-		case c.want == "" && r.Violation != nil:
-			t.Errorf("%s: a violation: %v", c.name, r.Violation)
-		case c.want != "" && r.Violation == nil:
-			t.Errorf("%s: no violation found", c.name)
-		case c.want != "" && !strings.Contains(r.Violation.Error(), c.want):
-			t.Errorf("%s: violation %q does not name %q", c.name, r.Violation, c.want)
+		seen = append(seen, req.Method+" "+req.URL.Path+": "+string(b))
+		if resp.StatusCode == 418 {
+			return errors.New("a teapot")
 		}
-		if c.want != "" {
-			wantViolations++
-		}
+		return nil
+	})
+	defer CheckResponses(nil)
+	before := len(Violations())
+
+	if r := Do(t, "GET", srv.URL+"/good", nil); r.Violation != nil || string(r.Body) != "body of /good" {
+		t.Errorf("GET /good: violation %v, body %q", r.Violation, r.Body)
 	}
-	if got := len(Violations()) - before; got != wantViolations {
-		t.Errorf("Violations() grew by %d, want %d", got, wantViolations)
+	r, err := TryDo("POST", srv.URL+"/bad", []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Violation == nil || !strings.Contains(r.Violation.Error(), "POST "+srv.URL+"/bad -> 418: a teapot") {
+		t.Errorf("POST /bad: violation %v", r.Violation)
+	}
+	if string(r.Body) != "body of /bad" {
+		t.Errorf("POST /bad: body %q after the check read it", r.Body)
+	}
+	if got := Violations()[before:]; len(got) != 1 || got[0] != r.Violation {
+		t.Errorf("Violations() grew by %v, want the one of POST /bad", got)
+	}
+	want := []string{"GET /good: body of /good", "POST /bad: body of /bad"}
+	if strings.Join(seen, "|") != strings.Join(want, "|") {
+		t.Errorf("the check saw %q, want %q", seen, want)
+	}
+
+	CheckResponses(nil)
+	if _, err := TryDo("GET", srv.URL+"/bad", nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || len(Violations()) != before+1 {
+		t.Errorf("with the check off it saw %d responses, %d violations; want 2 and %d", len(seen), len(Violations()), before+1)
 	}
 }
