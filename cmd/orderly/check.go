@@ -21,7 +21,7 @@ type CheckCmd struct {
 	Duration       time.Duration `name:"duration" short:"d" default:"30s" help:"How long to generate orders."`
 	Orders         int           `name:"orders" short:"n" default:"0" help:"Stop after this many logical orders (0: run for --duration)."`
 	RetryDelay     time.Duration `name:"retry-delay" default:"0s" help:"Delay of the delayed retries; set it longer than the server's --dedup-window to retry after the broker forgot the key (0 leaves that scenario out)."`
-	Settle         time.Duration `name:"settle" default:"60s" help:"After the workload, how long clients may keep retrying and accepted orders may take to be decided."`
+	Settle         time.Duration `name:"settle" default:"60s" help:"After the workload, how long clients may keep retrying and accepted orders may take to be decided; then as long again for reading ORDER_EVENTS while NATS does not answer."`
 	Mix            string        `name:"mix" help:"Relative weights of the scenarios, such as sync:2,async:1,burst:1,delayed:1,changed:1,drop:1,reject:1 (default: all equal)."`
 	RequestTimeout time.Duration `name:"request-timeout" default:"10s" help:"Timeout of each HTTP request."`
 	Report         string        `name:"report" type:"path" help:"Write the full report (every order and attempt) as JSON to this file."`

@@ -253,7 +253,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	r.readBack(ctx)
-	evs, err := readEvents(ctx, cfg, start.Add(-time.Minute), customer)
+	evs, err := readEventsPatiently(ctx, cfg, start.Add(-time.Minute), customer, cfg.Settle)
 	if err != nil {
 		return nil, fmt.Errorf("reading ORDER_EVENTS: %w", err)
 	}

@@ -41,6 +41,30 @@ func pingEvents(ctx context.Context, cfg Config) error {
 	return jsstore.WithDenied(err, js.Conn())
 }
 
+// readEventsPatiently is readEvents made again, from the start, every 2 s
+// while it fails, for at most patience: right after a restart of the whole
+// cluster a node can leave a JetStream request unanswered (nats.go's 5 s
+// timeout) although the streams have their leaders again, which once
+// ended a run's verification (TestWholeClusterRestartUnderCheck). Each failure is
+// written to cfg.Progress; the last one is returned.
+func readEventsPatiently(ctx context.Context, cfg Config, since time.Time, customer string, patience time.Duration) ([]storedEvent, error) {
+	giveUp := time.Now().Add(patience)
+	for {
+		evs, err := readEvents(ctx, cfg, since, customer)
+		if err == nil || ctx.Err() != nil || time.Now().Add(2*time.Second).After(giveUp) {
+			return evs, err
+		}
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "reading ORDER_EVENTS: %v; again in 2 s\n", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
 // readEvents reads the events stored since start whose customer is this run's.
 func readEvents(ctx context.Context, cfg Config, since time.Time, customer string) ([]storedEvent, error) {
 	js, err := jsstore.DialJetStream(cfg.NATSURL, cfg.NATSCredentials, "orderly-check")
