@@ -44,9 +44,9 @@ func pingEvents(ctx context.Context, cfg Config) error {
 // readEventsPatiently is readEvents made again, from the start, every 2 s
 // while it fails, for at most patience: right after a restart of the whole
 // cluster a node can leave a JetStream request unanswered (nats.go's 5 s
-// timeout) although the streams have their leaders again, which once
-// ended a run's verification (TestWholeClusterRestartUnderCheck). Each failure is
-// written to cfg.Progress; the last one is returned.
+// timeout) although the streams have their leaders again, which once ended
+// a run's verification (TestWholeClusterRestartUnderCheck). Each failure
+// is written to cfg.Progress; the last one is returned.
 func readEventsPatiently(ctx context.Context, cfg Config, since time.Time, customer string, patience time.Duration) ([]storedEvent, error) {
 	giveUp := time.Now().Add(patience)
 	for {
