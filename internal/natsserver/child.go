@@ -223,7 +223,6 @@ func StartChild(ctx context.Context, cfg Config, probeNkey string) (*ChildProces
 	// binary that lacks the call to RunChildIfAsked at its flags.
 	c.cmd = exec.Command(exe, childArg)
 	c.cmd.Env = append(os.Environ(), childEnv+"=1")
-	c.cmd.SysProcAttr = ChildAttr()
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
@@ -235,17 +234,7 @@ func StartChild(ctx context.Context, cfg Config, probeNkey string) (*ChildProces
 	if err != nil {
 		return nil, err
 	}
-	started := make(chan error, 1)
-	go func() {
-		// The kernel signals the child when the thread that started it
-		// exits (PR_SET_PDEATHSIG), not the process: keep this thread for
-		// the child's lifetime.
-		runtime.LockOSThread()
-		if err := c.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
+	err = StartTied(c.cmd, func() {
 		var readers sync.WaitGroup
 		readers.Add(2)
 		go func() { defer readers.Done(); c.readStdout(stdout) }()
@@ -254,8 +243,8 @@ func StartChild(ctx context.Context, cfg Config, probeNkey string) (*ChildProces
 		err := c.cmd.Wait()
 		c.err = fmt.Errorf("embedded NATS server process exited (%v)%s", err, c.lastLines())
 		close(c.done)
-	}()
-	if err := <-started; err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: start the server's process (--nats-process in-process runs it in this one): %w", err)
 	}
 	if _, err := c.stdin.Write(append(conf, '\n')); err != nil {
@@ -380,4 +369,31 @@ func (c *ChildProcess) kill() {
 	_ = c.stdin.Close()
 	_ = c.cmd.Process.Kill()
 	<-c.done
+}
+
+// StartTied starts cmd as a child that dies with this process, kill -9
+// included (on Linux the kernel's parent-death signal; elsewhere the child
+// must stop when its stdin closes), and then calls wait, which must return
+// only once the child has exited (cmd.Wait). The kernel sends that signal
+// when the thread that started the child ends, not the process, and the Go
+// runtime ends a thread when a goroutine locked to it returns: a child
+// started from a thread that some goroutine locks later dies with that
+// goroutine (a cluster node of a test was killed 0.3 s after its start
+// when the --nats-process child server of another test of the same binary
+// stopped). So the child is started, and waited for, by a goroutine locked
+// to a thread of its own, which ends only after the child; every child with
+// the signal must be started here.
+func StartTied(cmd *exec.Cmd, wait func()) error {
+	cmd.SysProcAttr = childAttr()
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends after the child
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		wait()
+	}()
+	return <-started
 }

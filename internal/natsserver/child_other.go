@@ -4,6 +4,6 @@ package natsserver
 
 import "syscall"
 
-// ChildAttr: without Linux's parent-death signal, the child stops when its
+// childAttr: without Linux's parent-death signal, the child stops when its
 // stdin closes, which the kernel does when the parent dies.
-func ChildAttr() *syscall.SysProcAttr { return nil }
+func childAttr() *syscall.SysProcAttr { return nil }

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -384,34 +386,55 @@ func CreatedByKey(t testing.TB, js jetstream.JetStream) map[string]int {
 	return n
 }
 
-// FreePort returns a TCP port that is free now and that no other caller in
-// this test binary got. It picks below the kernel's ephemeral range
-// (32768 and up on Linux), so a port a test keeps for a while is not handed to
+// FreePort returns a TCP port that is free now and that no other caller
+// got, in this test binary or in another one running at the same time (go
+// test runs packages side by side: a port that one package's cluster node
+// had not bound yet was once handed to another package's test, whose
+// listener then failed). Each port given is reserved by an exclusive lock
+// (flock) on a file named after it in the temporary directory's
+// orderly-test-ports, held until the binary exits; the kernel drops it
+// when the binary dies. It picks below the kernel's ephemeral range (32768
+// and up on Linux), so a port a test keeps for a while is not handed to
 // another test's listener on port 0 meanwhile.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	return freePortIn(t, 20000, 12000)
+}
+
+// freePortIn is FreePort from the n ports from lo on.
+func freePortIn(t testing.TB, lo, n int) int {
+	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
+	dir := filepath.Join(os.TempDir(), "orderly-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatalf("the ports' reservations: %v", err)
+	}
 	for range 1000 {
-		p := 20000 + rand.IntN(12000)
-		if portsGiven[p] {
+		p := lo + rand.IntN(n)
+		if portsGiven[p] != nil {
 			continue
+		}
+		reserved := flock.New(filepath.Join(dir, strconv.Itoa(p)))
+		if ok, err := reserved.TryLock(); err != nil || !ok {
+			continue // another binary's, or not lockable
 		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
+			_ = reserved.Close()
 			continue
 		}
 		l.Close()
-		portsGiven[p] = true
+		portsGiven[p] = reserved // kept: a collected lock's file closes, and its lock goes
 		return p
 	}
-	t.Fatal("no free port between 20000 and 32000")
+	t.Fatalf("no free port among %d-%d", lo, lo+n-1)
 	return 0
 }
 
 var (
 	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
+	portsGiven = map[int]*flock.Flock{}
 )
 
 // Eventually polls cond every 20ms until it holds or timeout passes.

@@ -206,23 +206,16 @@ func startProcessCluster(t testing.TB, ports Ports, proxied bool, stores, extra 
 func (c *ProcessCluster) start(i int) {
 	c.t.Helper()
 	cmd := exec.Command(c.args[i][0], c.args[i][1:]...)
-	// A test binary that dies (its timeout's panic runs no cleanup) takes
-	// its nodes with it: they held ports and stores after it.
-	cmd.SysProcAttr = natsserver.ChildAttr()
 	if os.Getenv("ORDERLY_TEST_LOG") != "" {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	} else {
 		fmt.Fprintf(c.output[i], "--- started %s\n", time.Now().Format("15:04:05.000"))
 		cmd.Stdout, cmd.Stderr = c.output[i], c.output[i]
 	}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
 	exited := make(chan struct{})
-	c.mu.Lock()
-	c.procs[i], c.exited[i], c.exits[i] = cmd, exited, ""
-	c.mu.Unlock()
-	go func() {
+	// A test binary that dies (its timeout's panic runs no cleanup) takes
+	// its nodes with it: they held ports and stores after it.
+	err := natsserver.StartTied(cmd, func() {
 		err := cmd.Wait()
 		c.mu.Lock()
 		if c.procs[i] == cmd { // not killed by the test
@@ -230,7 +223,13 @@ func (c *ProcessCluster) start(i int) {
 		}
 		c.mu.Unlock()
 		close(exited)
-	}()
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.procs[i], c.exited[i], c.exits[i] = cmd, exited, ""
+	c.mu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", c.ports.Client[i]), time.Second)
