@@ -6,6 +6,7 @@
 # `go test ./cmd/orderly` (TestDocumentedCommandsParse).
 #
 #   scripts/docs-check.sh
+#   scripts/docs-check.sh --build-only   # the builds alone, into Go's build cache (CI runs it early)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -17,6 +18,7 @@ trap cleanup EXIT
 echo "building orderly and the nats CLI $NATSCLI_VERSION" >&2
 go build -o "$work/bin/orderly" ./cmd/orderly
 GOBIN="$work/bin" GOFLAGS='' go install "github.com/nats-io/natscli/nats@$NATSCLI_VERSION"
+[ "${1:-}" = "--build-only" ] && exit 0
 export PATH="$work/bin:$PATH"
 
 # The commands: lines starting with "nats " in ```sh blocks, with their
