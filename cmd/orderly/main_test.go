@@ -87,11 +87,15 @@ func TestBusyHTTPPortNamesTheFlag(t *testing.T) {
 	for _, flag := range []string{"--http-addr", "--nats-listen"} {
 		dir := filepath.Join(t.TempDir(), "data")
 		args, _ := serveArgs(t, dir)
-		addr := args[slices.Index(args, flag)+1]
-		l, err := net.Listen("tcp", addr)
+		// The busy port is one this test holds from the start (a port
+		// that FreePort had checked was once taken by someone else
+		// before the test could listen on it).
+		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
+		addr := l.Addr().String()
+		args[slices.Index(args, flag)+1] = addr
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		var stderr bytes.Buffer
 		cmd := exec.CommandContext(ctx, bin, args...)
