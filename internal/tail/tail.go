@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/jsstore"
@@ -121,13 +122,19 @@ func (g *gate) close() int {
 	return g.n
 }
 
+// ConsumerPrefix begins the name of every consumer a tail creates (each is
+// deleted when the tail ends), so that `nats consumer ls ORDER_EVENTS`
+// tells them from orderly's own.
+const ConsumerPrefix = "orderly-tail-"
+
 // read prints the matching events to out: Tail's work.
 func read(ctx context.Context, js jetstream.JetStream, opts Options, out *gate) error {
 	if opts.BySequence {
 		return readBySequence(ctx, js, opts, out)
 	}
 	filter := filterOf(opts)
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy,
+		NamePrefix: ConsumerPrefix + nuid.Next()}
 	if opts.NewOnly {
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
@@ -252,7 +259,7 @@ func startOfLast(ctx context.Context, js jetstream.JetStream, filter string, n u
 // countFrom counts the events matching filter from stream sequence start on.
 func countFrom(ctx context.Context, stream jetstream.Stream, filter string, start uint64) (uint64, error) {
 	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		FilterSubject: filter, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
+		Name: ConsumerPrefix + nuid.Next(), FilterSubject: filter, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
 		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, InactiveThreshold: time.Minute,
 	})
 	if err != nil {
