@@ -372,9 +372,10 @@ func (c *ChildProcess) kill() {
 }
 
 // StartTied starts cmd as a child that dies with this process, kill -9
-// included (on Linux the kernel's parent-death signal; elsewhere the child
-// must stop when its stdin closes), and then calls wait, which must return
-// only once the child has exited (cmd.Wait). The kernel sends that signal
+// included (on Linux, with the kernel's parent-death signal; elsewhere only
+// a child that stops when its stdin closes does, as the embedded server's
+// does), and then calls wait, which must return only once the child has
+// exited (cmd.Wait). The kernel sends that signal
 // when the thread that started the child ends, not the process, and the Go
 // runtime ends a thread when a goroutine locked to it returns: a child
 // started from a thread that some goroutine locks later dies with that
