@@ -398,15 +398,20 @@ func CreatedByKey(t testing.TB, js jetstream.JetStream) map[string]int {
 // another test's listener on port 0 meanwhile.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	return freePortIn(t, 20000, 12000)
+	return freePortIn(t, portsFrom, portsCount)
 }
+
+// FreePort's range (below the ephemeral ports), and where its reservations are.
+const portsFrom, portsCount = 20000, 12000
+
+func portsDir() string { return filepath.Join(os.TempDir(), "orderly-test-ports") }
 
 // freePortIn is FreePort from the n ports from lo on.
 func freePortIn(t testing.TB, lo, n int) int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	dir := filepath.Join(os.TempDir(), "orderly-test-ports")
+	dir := portsDir()
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		t.Fatalf("the ports' reservations: %v", err)
 	}

@@ -17,7 +17,7 @@ import (
 // a file of their own); FreePort gives the fourth, and no port twice.
 func TestFreePortSkipsPortsAnotherBinaryHolds(t *testing.T) {
 	lo := freeRange(t, 4)
-	dir := filepath.Join(os.TempDir(), "orderly-test-ports")
+	dir := portsDir()
 	for p := lo; p < lo+3; p++ {
 		other := flock.New(filepath.Join(dir, strconv.Itoa(p)))
 		if ok, err := other.TryLock(); err != nil || !ok {
@@ -50,13 +50,13 @@ func (f *fatalRecorder) Fatalf(string, ...any) { f.failed = true; panic("fatal")
 // freeRange finds n consecutive ports below the ephemeral range that are
 // free and that no binary has reserved.
 func freeRange(t *testing.T, n int) int {
-	dir := filepath.Join(os.TempDir(), "orderly-test-ports")
+	dir := portsDir()
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
 next:
 	for range 1000 {
-		lo := 20000 + rand.IntN(12000-n)
+		lo := portsFrom + rand.IntN(portsCount-n)
 		for p := lo; p < lo+n; p++ {
 			portsMu.Lock()
 			given := portsGiven[p] != nil
