@@ -2,13 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/orderly-dev/orderly/internal/check"
+	"github.com/orderly-dev/orderly/internal/filesync"
 )
 
 // CheckCmd is orderly check.
@@ -24,7 +28,7 @@ type CheckCmd struct {
 	Settle         time.Duration `name:"settle" default:"60s" help:"After the workload, how long clients may keep retrying and accepted orders may take to be decided; then as long again for reading ORDER_EVENTS while NATS does not answer."`
 	Mix            string        `name:"mix" help:"Relative weights of the scenarios, such as sync:2,async:1,burst:1,delayed:1,changed:1,drop:1,reject:1 (default: all equal)."`
 	RequestTimeout time.Duration `name:"request-timeout" default:"10s" help:"Timeout of each HTTP request."`
-	Report         string        `name:"report" type:"path" help:"Write the full report (every order and attempt) as JSON to this file."`
+	Report         string        `name:"report" type:"path" help:"Write the full report (every order and attempt) as JSON to this file (checked before the run starts; written whole, then renamed into place)."`
 	JSON           bool          `name:"json" help:"Print the summary as JSON instead of a table."`
 }
 
@@ -45,6 +49,13 @@ func (c *CheckCmd) Run(g *globals) error {
 	if err := cfg.Validate(); err != nil {
 		return err // before the banner: nothing is checked
 	}
+	if c.Report != "" {
+		// A report that cannot be written is refused now, not after a run
+		// of minutes whose details it was to keep.
+		if err := writableFile(c.Report); err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
+	}
 	fmt.Fprintf(os.Stderr, "checking %s with %d clients\n", strings.Join(cfg.URLs, ", "), cfg.Clients)
 	rep, err := check.Run(g.ctx, cfg)
 	if err != nil {
@@ -55,8 +66,10 @@ func (c *CheckCmd) Run(g *globals) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(c.Report, b, 0o644); err != nil {
-			return err
+		// Synced and renamed into place: the report of a run is all there
+		// or not there, also after a power loss.
+		if err := filesync.WriteFile(c.Report, b, 0o644); err != nil {
+			return fmt.Errorf("--report: %w", err)
 		}
 	}
 	if c.JSON {
@@ -71,6 +84,27 @@ func (c *CheckCmd) Run(g *globals) error {
 		return fmt.Errorf("%d violation(s)", len(rep.Violations))
 	}
 	return nil
+}
+
+// writableFile tells whether a file can be written at path the way
+// filesync.WriteFile writes it: path is not a directory, and its directory
+// takes a new file (one is made and removed again).
+func writableFile(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the temporary name means nothing to the user
+		}
+		return fmt.Errorf("cannot write a file in %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 func parseWeights(s string) (map[check.Scenario]int, error) {

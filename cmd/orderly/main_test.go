@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/admin"
+	"github.com/orderly-dev/orderly/internal/check"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
@@ -543,6 +545,19 @@ func TestOperatorTools(t *testing.T) {
 		t.Errorf("events consumer list without consumers: %v\n%s", err, out)
 	}
 
+	// orderly check against this serve writes its report, whole.
+	report := filepath.Join(t.TempDir(), "report.json")
+	if out, err := tool("check", "--url", url, "-n", "4", "-c", "2", "--settle", "20s", "--report", report); err != nil {
+		t.Errorf("check --report: %v\n%s", err, out)
+	} else if b, err := os.ReadFile(report); err != nil {
+		t.Errorf("check --report: %v", err)
+	} else {
+		var rep check.Report
+		if err := json.Unmarshal(b, &rep); err != nil || rep.Orders != 4 || len(rep.Details) != 4 || !rep.OK() {
+			t.Errorf("check --report wrote %d orders (%d in detail), violations %v, %v; want 4, none:\n%.300s", rep.Orders, len(rep.Details), rep.Violations, err, b)
+		}
+	}
+
 	// A user that may not read the streams: the server refuses by an error on
 	// the connection only, and the tool's call would time out; the violation
 	// ends the command at once (not after the request's timeout, 5 s), and
@@ -815,6 +830,29 @@ func TestNegativeValuesAreRefused(t *testing.T) {
 	cmd.Env = append(os.Environ(), "ORDERLY_STARTUP_TIMEOUT=-2m")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "-2m is negative") || !strings.Contains(string(out), "ORDERLY_STARTUP_TIMEOUT") {
 		t.Errorf("ORDERLY_STARTUP_TIMEOUT=-2m: %v\n%s", err, out)
+	}
+}
+
+// TestCheckRefusesAReportItCannotWrite: orderly check with a --report it
+// could not write ran its whole workload first (minutes, the flag's
+// default 30 s and settling) and lost the report at the end; it is refused
+// before anything is sent, naming the flag and why. (The API here does not
+// exist: a check that got that far would fail on it instead.)
+func TestCheckRefusesAReportItCannotWrite(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := t.TempDir()
+	for _, c := range []struct{ report, want string }{
+		{filepath.Join(dir, "missing", "r.json"), "--report: cannot write a file in " + filepath.Join(dir, "missing") + ": no such file or directory"},
+		{dir, "--report: " + dir + " is a directory"},
+	} {
+		out, err := exec.Command(bin, "check", "--report", c.report, "--url", "http://127.0.0.1:1", "-d", "1h").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) || strings.Contains(string(out), "checking ") {
+			t.Errorf("check --report %s: %v, want %q before the check starts\n%s", c.report, err, c.want, out)
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("the refused checks left %d files in the report's directory", len(left))
 	}
 }
 
