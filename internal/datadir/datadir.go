@@ -46,7 +46,7 @@ type Lock struct {
 // ErrInUse naming the holder.
 func Acquire(dir string) (*Lock, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+		return nil, fmt.Errorf("data directory %s (--data-dir): %w", dir, err)
 	}
 	path := filepath.Join(dir, LockFile)
 	f := flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o644))

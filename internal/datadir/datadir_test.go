@@ -3,6 +3,7 @@ package datadir_test
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,4 +32,17 @@ func TestSecondLockIsRefusedAndNamesTheHolder(t *testing.T) {
 		t.Fatalf("after the release: %v", err)
 	}
 	_ = l2.Release()
+}
+
+// TestDirectoryThatCannotBeMadeNamesTheFlag: a data directory that is a
+// file (or cannot be made) is refused naming the flag that set it.
+func TestDirectoryThatCannotBeMadeNamesTheFlag(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := datadir.Acquire(file)
+	if err == nil || !strings.Contains(err.Error(), "--data-dir") || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("a data directory that is a file: %v, want it refused naming --data-dir", err)
+	}
 }

@@ -274,7 +274,12 @@ func (c Config) Validate() error {
 	for _, a := range []struct{ name, addr string }{{"pprof address", c.PprofAddr}, {"NATS pprof address", c.NATSPprofAddr}} {
 		// Profiles have no authentication, and /debug/pprof/cmdline shows
 		// the command line with any secret given as a flag.
-		if a.addr != "" && !LoopbackOnly(a.addr) {
+		if a.addr == "" {
+			continue
+		}
+		if err := checkListenAddr(a.addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", a.name, a.addr, err))
+		} else if !LoopbackOnly(a.addr) {
 			errs = append(errs, fmt.Errorf("%s %s can be reached from other hosts, and Go profiles have no authentication: listen on loopback, such as 127.0.0.1:6060, and reach it through an SSH tunnel or kubectl port-forward", a.name, a.addr))
 		}
 	}
@@ -302,7 +307,7 @@ func (c Config) Validate() error {
 		// several replicas is written by the server in the background.
 		errs = append(errs, errors.New("fsync group needs the embedded server, alone (not --nats-url or a cluster)"))
 	}
-	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+	if err := checkListenAddr(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("http addr %q: %w", c.HTTPAddr, err))
 	} else if c.anonymousBeyondLoopback() && !c.HTTPAnonymous {
 		errs = append(errs, fmt.Errorf("HTTP address %s can be reached from other hosts, and without tokens anyone who reaches it can place orders: "+
@@ -368,4 +373,18 @@ func (c Config) pipelineTimeout(p pipeline.Config) time.Duration {
 		return p.Timeout
 	}
 	return min(5*time.Second, c.Topology.AckWait/2)
+}
+
+// checkListenAddr refuses an address no listen can take, with the
+// configuration, rather than by the listen after the embedded server and
+// its data directory were made (whose error says to look for a busy port).
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return errors.New("the port must be a number from 0 to 65535 or a service name")
+	}
+	return nil
 }

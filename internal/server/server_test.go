@@ -22,6 +22,7 @@ import (
 	"github.com/orderly-dev/orderly/idempotency"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
+	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/ops"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -719,6 +720,28 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "{") || strings.Contains(err.Error(), "header limit") {
 		t.Errorf("error %q names limits that are fine, or dumps the struct", err)
+	}
+
+	// A port that no listen can take (of the API, or of either profile
+	// server) is refused with the configuration, not by the listen after the
+	// data directory was made, as if it were busy; a service name is a port.
+	for addr, want := range map[string]string{"127.0.0.1:99999": "must be a number from 0 to 65535", "127.0.0.1:-1": "must be a number",
+		"127.0.0.1:no-such-service": "or a service name", "127.0.0.1:http": "", "127.0.0.1:0": "", "[::1]:8080": ""} {
+		for _, set := range []func(*server.Config){
+			func(c *server.Config) { c.HTTPAddr = addr },
+			func(c *server.Config) { c.PprofAddr = addr },
+			func(c *server.Config) { c.NATSPprofAddr, c.NATSProcess = addr, natsserver.Child },
+		} {
+			c := server.DefaultConfig()
+			set(&c)
+			err := c.Validate()
+			if want == "" && err != nil {
+				t.Errorf("address %s: %v", addr, err)
+			}
+			if want != "" && (err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), addr)) {
+				t.Errorf("address %s: %v, want %q", addr, err, want)
+			}
+		}
 	}
 }
 
