@@ -271,6 +271,9 @@ type BackupCmd struct {
 
 // Run backs up.
 func (c *BackupCmd) Run(g *globals) error {
+	if err := admin.CheckBackupDir(c.Dir); err != nil {
+		return err // before NATS is asked anything
+	}
 	nc, err := c.dial("orderly-backup")
 	if err != nil {
 		return err
@@ -292,7 +295,7 @@ func (c *BackupCmd) Run(g *globals) error {
 // RestoreCmd is orderly restore.
 type RestoreCmd struct {
 	ToolNATS
-	Dir      string `arg:"" type:"path" existingdir:"" help:"Directory of a backup made by orderly backup."`
+	Dir      string `arg:"" type:"path" help:"Directory of a backup made by orderly backup."`
 	Replicas int    `name:"replicas" default:"0" help:"Replicas of each restored stream and its durable consumers. 0: those of orderly's streams already there (as orderly setup made them), else 1 on a single server and the backup's on a cluster."`
 }
 
@@ -306,6 +309,11 @@ func (c *RestoreCmd) Validate() error {
 
 // Run restores.
 func (c *RestoreCmd) Run(g *globals) error {
+	// A directory that is not a backup is refused before NATS is asked
+	// anything (Restore reads it again, with everything else, first).
+	if _, err := admin.ReadManifest(c.Dir); err != nil {
+		return fmt.Errorf("%s: %w", c.Dir, err)
+	}
 	nc, err := c.dial("orderly-restore")
 	if err != nil {
 		return err

@@ -856,6 +856,35 @@ func TestCheckRefusesAReportItCannotWrite(t *testing.T) {
 	}
 }
 
+// TestBackupAndRestoreLookAtTheDirectoryFirst: orderly restore of a
+// directory that does not exist, is a file, or holds no backup, and orderly
+// backup into one that holds other files, say so before they connect to
+// NATS (here nothing answers: a tool that got that far would fail on the
+// connection instead, as each of these did).
+func TestBackupAndRestoreLookAtTheDirectoryFirst(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ dir, want string }{
+		{filepath.Join(dir, "missing"), "no such file or directory"},
+		{file, "not a directory"},
+		{dir, "not a complete backup"},
+	} {
+		out, err := exec.Command(bin, "restore", c.dir, "--nats-url", "nats://127.0.0.1:1").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) || strings.Contains(string(out), "NATS") {
+			t.Errorf("restore %s: %v, want %q before NATS is asked\n%s", c.dir, err, c.want, out)
+		}
+	}
+	out, err := exec.Command(bin, "backup", dir, "--nats-url", "nats://127.0.0.1:1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "is not empty") || strings.Contains(string(out), "NATS") {
+		t.Errorf("backup into a directory with a file: %v, want it refused before NATS is asked\n%s", err, out)
+	}
+}
+
 // TestCredentialsInitTellsOfANewRoutePassword: credentials init on the
 // directory of a cluster made before its routes had a password (ADR 0024)
 // writes one and says that the nodes must restart together; on a new

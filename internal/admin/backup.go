@@ -55,7 +55,7 @@ type Progress func(stream string, done, total uint64)
 // orderly runs, each stream is a consistent snapshot of itself, which the
 // manifest counts; the streams are taken one after the other.
 func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (Manifest, error) {
-	if err := checkBackupDir(dir); err != nil {
+	if err := CheckBackupDir(dir); err != nil {
 		return Manifest{}, err
 	}
 	mgr, err := jsm.New(nc, jsm.WithTimeout(30*time.Second))
@@ -111,11 +111,12 @@ func ownerOnly(sdir string) error {
 	return os.Chmod(sdir, 0o700)
 }
 
-// checkBackupDir refuses a directory a backup must not be written into:
+// CheckBackupDir refuses a directory a backup must not be written into
+// (Backup checks it first; a tool checks it before it connects to NATS):
 // one that holds a backup, or anything other than the stream directories
 // of a backup that did not finish (which a new backup replaces). So a
 // backup never mixes with other files, such as a NATS store's.
-func checkBackupDir(dir string) error {
+func CheckBackupDir(dir string) error {
 	entries, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):

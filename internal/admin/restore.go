@@ -30,6 +30,27 @@ import (
 // ErrNotEmpty refuses to restore over a stream that holds messages.
 var ErrNotEmpty = errors.New("the stream exists and holds messages: restore only into a new NATS (or delete the stream first)")
 
+// ReadManifest reads and checks the manifest of the backup in dir: a
+// directory without one is not a complete backup. Restore reads it first;
+// a tool reads it before it connects to NATS, to refuse such a directory
+// at once.
+func ReadManifest(dir string) (m Manifest, err error) {
+	b, err := readSmall(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, readlimit.ErrTooLarge) {
+		return m, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	if err != nil {
+		return m, fmt.Errorf("not a complete backup: %w", err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	if err := m.check(); err != nil {
+		return m, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	return m, nil
+}
+
 // Restore writes every stream of the backup in dir back, with its consumers,
 // sequences and timestamps as they were, so that order IDs, stored responses
 // and the consumers' positions are what they were. The whole backup is read
@@ -47,18 +68,8 @@ var ErrNotEmpty = errors.New("the stream exists and holds messages: restore only
 // and a cluster's backup into a single server at R1. Restart orderly's
 // processes afterwards.
 func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progress Progress) (m Manifest, done []Restored, err error) {
-	b, err := readSmall(filepath.Join(dir, ManifestFile))
-	if errors.Is(err, readlimit.ErrTooLarge) {
-		return m, done, fmt.Errorf("%s: %w", ManifestFile, err)
-	}
-	if err != nil {
-		return m, done, fmt.Errorf("not a complete backup: %w", err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return m, done, fmt.Errorf("%s: %w", ManifestFile, err)
-	}
-	if err := m.check(); err != nil {
-		return m, done, fmt.Errorf("%s: %w", ManifestFile, err)
+	if m, err = ReadManifest(dir); err != nil {
+		return m, done, err
 	}
 	clustered := nc.ConnectedClusterName() != ""
 	if replicas > 1 && !clustered {
