@@ -50,6 +50,15 @@ const (
 // sequence of the original command: the order keeps the ID it was given.
 const HeaderReplayOf = "Orderly-Replay-Of"
 
+// HeaderDecidedBelow, on an event, is an ORDER_COMMANDS sequence below
+// which the processors had handled every command (decided it, found its key
+// held, or dead-lettered it) when the event was stored: their consumer's
+// acknowledgement floor plus one, read at most about a second before. orderly
+// setup starts a processor consumer it makes again there, instead of
+// delivering every retained command again. Absent: not known (an event of
+// a version before it, or stored before the first reading).
+const HeaderDecidedBelow = "Orderly-Commands-Decided-Below"
+
 // Kind is the second-to-last token of an event subject: what happened to the order.
 type Kind string
 

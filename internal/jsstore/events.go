@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +25,36 @@ type Events struct {
 	newestMu                sync.Mutex
 	newestChecked, newestAt time.Time
 	newestOK                bool
+	// decidedBelow is what the events appended from now on say in their
+	// header HeaderDecidedBelow (nil: nothing, until SetDecidedBelow).
+	decidedBelow atomic.Pointer[decidedBelow]
+}
+
+type decidedBelow struct {
+	seq    uint64
+	header []string
+}
+
+// SetDecidedBelow makes the events appended from now on say that every
+// command of ORDER_COMMANDS below seq was handled (events.HeaderDecidedBelow):
+// the processors' consumer's acknowledgement floor plus one. A seq of 1 or
+// less says nothing, and one below the last set is left out: a floor does
+// not fall (a reading that does is of a consumer made again since, whose
+// floor starts where setup started it).
+func (e *Events) SetDecidedBelow(seq uint64) {
+	if seq <= 1 {
+		return
+	}
+	next := &decidedBelow{seq: seq, header: []string{strconv.FormatUint(seq, 10)}}
+	for {
+		old := e.decidedBelow.Load()
+		if old != nil && old.seq >= seq {
+			return
+		}
+		if e.decidedBelow.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }
 
 // OpenEvents binds to the stream, which must exist (Topology.Ensure). Appends
@@ -47,7 +79,7 @@ func OpenEvents(ctx context.Context, js jetstream.JetStream, pub Publisher) (*Ev
 func (e *Events) Append(ctx context.Context, k events.Kind, orderID string, data []byte) (stored bool, err error) {
 	q := AppendRequest{Kind: k, OrderID: orderID, Data: data}
 	e.claimingKeys([]AppendRequest{q})
-	msg, err := appendMsg(ctx, q)
+	msg, err := e.appendMsg(ctx, q)
 	if err != nil {
 		return false, err
 	}
@@ -84,7 +116,7 @@ func (e *Events) AppendAll(ctx context.Context, reqs []AppendRequest) []AppendOu
 	msgs := make([]*nats.Msg, 0, len(reqs))
 	sent := make([]int, 0, len(reqs))
 	for i, q := range reqs {
-		msg, err := appendMsg(ctx, q)
+		msg, err := e.appendMsg(ctx, q)
 		if err != nil {
 			res[i].Err = err
 			continue
@@ -99,8 +131,9 @@ func (e *Events) AppendAll(ctx context.Context, reqs []AppendRequest) []AppendOu
 }
 
 // appendMsg is the message of an append, with its condition (see Append),
-// the trace of q.Ctx (or of ctx).
-func appendMsg(ctx context.Context, q AppendRequest) (*nats.Msg, error) {
+// the trace of q.Ctx (or of ctx), and what the processors had handled
+// (SetDecidedBelow).
+func (e *Events) appendMsg(ctx context.Context, q AppendRequest) (*nats.Msg, error) {
 	filter, ok := events.OrderFilter(q.OrderID)
 	if _, token, keyed := events.ParseKeyedOrderID(q.OrderID); keyed {
 		filter = events.KeySubjects(token)
@@ -113,7 +146,11 @@ func appendMsg(ctx context.Context, q AppendRequest) (*nats.Msg, error) {
 	if q.Ctx != nil {
 		ctx = q.Ctx
 	}
-	return eventMsg(ctx, events.EventSubject(q.Kind, q.OrderID), events.EventID(q.Kind, q.OrderID), q.After, filter, q.Data), nil
+	msg := eventMsg(ctx, events.EventSubject(q.Kind, q.OrderID), events.EventID(q.Kind, q.OrderID), q.After, filter, q.Data)
+	if below := e.decidedBelow.Load(); below != nil {
+		msg.Header[events.HeaderDecidedBelow] = below.header // never written to
+	}
+	return msg, nil
 }
 
 // eventMsg is the event data on subject with message ID id, expecting the

@@ -369,6 +369,38 @@ func TestEvents(t *testing.T) {
 	}
 }
 
+// TestEventsSayWhatWasDecidedBelow: after SetDecidedBelow, every appended
+// event carries events.HeaderDecidedBelow; before it none does, and a lower
+// sequence set later does not lower it.
+func TestEventsSayWhatWasDecidedBelow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	j, _, e := stores(t)
+	evs, err := j.Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		set  uint64 // 0: none
+		want string
+	}{{0, ""}, {1, ""}, {9, "9"}, {3, "9"}, {12, "12"}} {
+		if c.set > 0 {
+			e.SetDecidedBelow(c.set)
+		}
+		id := events.OrderID(uint64(i+1), events.NewNonce())
+		if stored, err := e.Append(ctx, events.KindCreated, id, []byte("{}")); err != nil || !stored {
+			t.Fatal(stored, err)
+		}
+		m, err := evs.GetLastMsgForSubject(ctx, events.EventSubject(events.KindCreated, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Header.Get(events.HeaderDecidedBelow); got != c.want {
+			t.Errorf("after SetDecidedBelow(%d): the event says %q, want %q", c.set, got, c.want)
+		}
+	}
+}
+
 func TestIsUnavailable(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -289,6 +290,34 @@ func (t Topology) consumer(name, description, filter string) jetstream.ConsumerC
 	}
 }
 
+// resumeProcessor is where a processor consumer made again starts: the
+// sequence of ORDER_COMMANDS below which the processors had handled every
+// command, as the newest event says (events.HeaderDecidedBelow; they read
+// it from their consumer's acknowledgement floor before they stored the
+// event, so it is at most the floor when the consumer was removed). ok is
+// false, and the consumer delivers every retained command, when no event
+// says it, or says a sequence ORDER_COMMANDS has not reached (a stream made
+// again since).
+func resumeProcessor(ctx context.Context, js jetstream.JetStream) (uint64, bool) {
+	evs, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		return 0, false
+	}
+	m, err := evs.GetLastMsgForSubject(ctx, events.EventSubjects)
+	if err != nil {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(events.HeaderDecidedBelow), 10, 64)
+	if err != nil || seq <= 1 {
+		return 0, false
+	}
+	cmds, err := js.Stream(ctx, events.CommandStream)
+	if err != nil || seq > cmds.CachedInfo().State.LastSeq+1 {
+		return 0, false
+	}
+	return seq, true
+}
+
 // ErrReplicas is returned by Ensure when --replicas differs from the existing
 // objects and Update is not set.
 var ErrReplicas = errors.New("replicas differ from the existing streams")
@@ -313,13 +342,14 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, logger *sl
 	type durable struct {
 		stream string
 		want   jetstream.ConsumerConfig
+		resume func(context.Context, jetstream.JetStream) (uint64, bool)
 	}
-	consumers := []durable{{events.CommandStream, t.ProcessorConsumerConfig()}}
+	consumers := []durable{{events.CommandStream, t.ProcessorConsumerConfig(), resumeProcessor}}
 	if t.Projector {
-		consumers = append(consumers, durable{events.EventStream, t.ProjectorConsumerConfig()})
+		consumers = append(consumers, durable{events.EventStream, t.ProjectorConsumerConfig(), nil})
 	}
 	for _, c := range consumers {
-		if err := t.ensureConsumer(ctx, js, c.stream, c.want, logger); err != nil {
+		if err := t.ensureConsumer(ctx, js, c.stream, c.want, c.resume, logger); err != nil {
 			return fmt.Errorf("consumer %s on %s: %w", c.want.Durable, c.stream, err)
 		}
 	}
@@ -425,15 +455,30 @@ func (t Topology) ensureStream(ctx context.Context, js jetstream.JetStream, want
 	return err
 }
 
-func (t Topology) ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig, logger *slog.Logger) error {
+func (t Topology) ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig,
+	resume func(context.Context, jetstream.JetStream) (uint64, bool), logger *slog.Logger) error {
 	c, err := js.Consumer(ctx, stream, want.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// A consumer made again (removed by hand, or not brought back by a
+		// restore) starts where its messages were all handled, if the
+		// stream's readers said so (resume), not at the first one.
+		if resume != nil {
+			if seq, ok := resume(ctx, js); ok {
+				want.DeliverPolicy, want.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq
+			}
+		}
 		// CreateConsumer succeeds when an identical consumer exists, so two
-		// processes creating it at once both succeed.
+		// processes creating it at once both succeed (two that start it at
+		// different sequences: the second finds the first's, below).
 		if _, err := js.CreateConsumer(ctx, stream, want); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
 			return err
 		} else if err == nil {
-			logger.Info("topology: created consumer", "stream", stream, "consumer", want.Durable, "replicas", want.Replicas)
+			if want.OptStartSeq > 0 {
+				logger.Info("topology: created consumer, from the first message not yet handled", "stream", stream, "consumer", want.Durable,
+					"replicas", want.Replicas, "from_sequence", want.OptStartSeq)
+			} else {
+				logger.Info("topology: created consumer", "stream", stream, "consumer", want.Durable, "replicas", want.Replicas)
+			}
 			return nil
 		}
 		if c, err = js.Consumer(ctx, stream, want.Durable); err != nil {

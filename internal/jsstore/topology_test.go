@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderly-dev/orderly/events"
@@ -352,5 +353,82 @@ func TestNextPendingEndsWhenTheRestExpired(t *testing.T) {
 	}
 	if got == 0 || got >= 100 {
 		t.Fatalf("received %d of 100, want those delivered before the rest expired", got)
+	}
+}
+
+// TestProcessorConsumerMadeAgainStartsWhereTheEventsSay: the processors'
+// consumer, removed and made again by Ensure, starts at the sequence the
+// newest event says every command below was handled
+// (events.HeaderDecidedBelow), rather than at the first of the retained
+// commands; without such a header, or with one that ORDER_COMMANDS has not
+// reached or that is no sequence, at the first.
+func TestProcessorConsumerMadeAgainStartsWhereTheEventsSay(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, header string // the newest event's header ("": none)
+		from         uint64 // where the new consumer starts (0: the first command)
+	}{
+		{"said", "4", 4},
+		{"after the last command", "6", 6},
+		{"none", "", 0},
+		{"beyond the commands", "7", 0},
+		{"not a sequence", "4x", 0},
+		{"the first", "1", 0},
+		{"an older event says more", "-", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			js := orderlytest.JetStream(t, natsserver.Fsync{Interval: time.Second})
+			for range 5 {
+				if _, err := js.Publish(ctx, events.CommandSubject, []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			event := func(header string) {
+				msg := nats.NewMsg(events.EventSubject(events.KindCreated, events.OrderID(1, events.NewNonce())))
+				msg.Data = []byte("{}")
+				if header != "" {
+					msg.Header.Set(events.HeaderDecidedBelow, header)
+				}
+				if _, err := js.PublishMsg(ctx, msg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.header == "-" {
+				event("4") // only the newest event counts
+				event("")
+			} else {
+				event(c.header)
+			}
+			if err := js.DeleteConsumer(ctx, events.CommandStream, jsstore.ProcessorConsumer); err != nil {
+				t.Fatal(err)
+			}
+			if err := jsstore.DefaultTopology().Ensure(ctx, js, nil); err != nil {
+				t.Fatal(err)
+			}
+			cons, err := js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info := cons.CachedInfo()
+			pending := uint64(5)
+			if c.from > 0 {
+				pending = 6 - c.from
+				if info.Config.DeliverPolicy != jetstream.DeliverByStartSequencePolicy || info.Config.OptStartSeq != c.from {
+					t.Errorf("made again as %s from %d, want from %d", info.Config.DeliverPolicy, info.Config.OptStartSeq, c.from)
+				}
+			} else if info.Config.DeliverPolicy != jetstream.DeliverAllPolicy {
+				t.Errorf("made again as %s from %d, want every command", info.Config.DeliverPolicy, info.Config.OptStartSeq)
+			}
+			if info.NumPending != pending {
+				t.Errorf("%d commands pending, want %d", info.NumPending, pending)
+			}
+			// Ensure again leaves it as it is: where it started is not a
+			// setting of orderly's.
+			if err := jsstore.DefaultTopology().Ensure(ctx, js, nil); err != nil {
+				t.Fatalf("Ensure of the consumer made again: %v", err)
+			}
+		})
 	}
 }

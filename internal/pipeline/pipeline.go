@@ -318,7 +318,7 @@ func (p *Pipeline) setGone(err error) {
 		}
 		return
 	}
-	gone := fmt.Errorf("consumer %s on %s does not exist, so nothing is consumed: orderly setup makes it again (it then delivers every retained message again): %w",
+	gone := fmt.Errorf("consumer %s on %s does not exist, so nothing is consumed: orderly setup makes it again (it then delivers the retained messages again from the first one not known to be handled): %w",
 		p.cfg.Consumer, p.cfg.Stream, err)
 	if p.gone.Swap(&gone) == nil {
 		p.logger.Error("the pipeline's consumer is gone", "stream", p.cfg.Stream, "consumer", p.cfg.Consumer, "err", gone)

@@ -103,6 +103,11 @@ type Config struct {
 	// --order-ids` switches running APIs.
 	OrderIDs        string
 	OrderIDsRefresh time.Duration
+	// DecidedBelowRefresh is how often a processor reads its consumer's
+	// acknowledgement floor, which its events then carry
+	// (events.HeaderDecidedBelow; default 1s: a consumer made again from
+	// the newest event delivers again about that long of commands).
+	DecidedBelowRefresh time.Duration
 	// KeysAlwaysNew, in tests, makes the API's view of the keys call every key
 	// new, as if it lagged behind every record, to show what the broker's
 	// window and the processor's claim do when it lags; false in production.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -417,6 +418,106 @@ func TestReplayOfHeaderIsTrustedOnlyOnTheReplaySubject(t *testing.T) {
 	}
 }
 
+// TestConsumerMadeAgainDeliversWhatWasNotHandled: a command that fails and
+// is tried again (here its claim, until the test lets it through) holds
+// its consumer's acknowledgement floor below it while the commands after it
+// are decided, so the events stored after it say no more than its own
+// sequence (ADR 0031). The consumer, removed and made again from what the
+// newest event says, delivers it again, and it is decided once; so is every
+// order after it.
+func TestConsumerMadeAgainDeliversWhatWasNotHandled(t *testing.T) {
+	t.Parallel()
+	var hold atomic.Bool
+	hold.Store(true)
+	cfg := orderlytest.Config(t)
+	cfg.DecidedBelowRefresh = 50 * time.Millisecond
+	cfg.Processor.MaxAttempts = 1000 // tried again, never dead-lettered here
+	cfg.ProcessorHooks = processor.Hooks{BeforeClaim: func(_ context.Context, cmd events.CreateOrder, _ int) error {
+		if hold.Load() && cmd.Request.CustomerID == "c-held" {
+			return errors.New("held by the test")
+		}
+		return nil
+	}}
+	inst := orderlytest.Start(t, cfg)
+	js := inst.JetStream(t)
+	ctx := context.Background()
+	if r := inst.PostOrder(t, "first", orderlytest.Order("c-1"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s", r.Status, r.Body)
+	}
+	if r := inst.PostOrder(t, "held", orderlytest.Order("c-held"), "Prefer: respond-async"); r.Status != http.StatusAccepted {
+		t.Fatalf("held: %d %s", r.Status, r.Body)
+	}
+	held := commandsStored(t, js)
+	keys := []string{"first", "held"}
+	var said uint64
+	for i := 0; said != held; i++ {
+		key := fmt.Sprintf("after-%d", i)
+		if r := inst.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+			t.Fatalf("%s: %d %s", key, r.Status, r.Body)
+		}
+		keys = append(keys, key)
+		if said = newestDecidedBelow(t, js); said > held {
+			t.Fatalf("an event says every command below %d was handled; command %d was not", said, held)
+		}
+		if i == 100 {
+			t.Fatalf("the newest event says %d after %d orders, want %d (the held command's)", said, i+1, held)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := js.DeleteConsumer(ctx, events.CommandStream, jsstore.ProcessorConsumer); err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(false)
+	if err := inst.Cfg.Topology.Ensure(ctx, js, nil); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer); err != nil {
+		t.Fatal(err)
+	} else if cc := c.CachedInfo().Config; cc.OptStartSeq != held {
+		t.Errorf("the consumer was made again as %s from %d, want from the held command, %d", cc.DeliverPolicy, cc.OptStartSeq, held)
+	}
+	if r := inst.PostOrder(t, "held", orderlytest.Order("c-held"), "Prefer: wait=20"); r.Status != http.StatusCreated {
+		t.Fatalf("the held order after the consumer was made again: %d %s", r.Status, r.Body)
+	}
+	orderlytest.Eventually(t, 15*time.Second, "every command delivered again acked", func() bool {
+		c, err := js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer)
+		return err == nil && c.CachedInfo().NumPending == 0 && c.CachedInfo().NumAckPending == 0
+	})
+	counts := orderlytest.CreatedByKey(t, js)
+	for _, key := range keys {
+		if n := counts[idempotency.KeyHash(api.DefaultTenant, key)]; n != 1 {
+			t.Errorf("%s: %d orders", key, n)
+		}
+	}
+}
+
+// newestDecidedBelow is the header events.HeaderDecidedBelow of the newest
+// event (0: none).
+func newestDecidedBelow(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, events.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, events.EventSubjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.ParseUint(m.Header.Get(events.HeaderDecidedBelow), 10, 64)
+	return n
+}
+
+// commandsStored is ORDER_COMMANDS' last sequence.
+func commandsStored(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), events.CommandStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().State.LastSeq
+}
+
 // TestDeletedConsumerIsReportedAndComesBack: the processor's durable
 // consumer deleted while orderly runs (by hand, `nats consumer rm`, or a
 // restore that did not bring it back). Nothing is decided then, and on the
@@ -428,7 +529,9 @@ func TestReplayOfHeaderIsTrustedOnlyOnTheReplaySubject(t *testing.T) {
 // is ready, without a restart.
 func TestDeletedConsumerIsReportedAndComesBack(t *testing.T) {
 	t.Parallel()
-	inst := orderlytest.Start(t, orderlytest.Config(t))
+	cfg := orderlytest.Config(t)
+	cfg.DecidedBelowRefresh = 50 * time.Millisecond
+	inst := orderlytest.Start(t, cfg)
 	js := inst.JetStream(t)
 	ctx := context.Background()
 	keys := []string{"before-1", "before-2", "while-gone"}
@@ -437,6 +540,22 @@ func TestDeletedConsumerIsReportedAndComesBack(t *testing.T) {
 			t.Fatalf("%s: %d %s", key, r.Status, r.Body)
 		}
 	}
+	// Orders until the newest event says that the commands before it were
+	// all handled (the processor reads its consumer's floor every 50 ms).
+	var said uint64
+	for i := 0; said < 3; i++ {
+		key := fmt.Sprintf("before-more-%d", i)
+		if r := inst.PostOrder(t, key, orderlytest.Order("c-1"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+			t.Fatalf("%s: %d %s", key, r.Status, r.Body)
+		}
+		keys = append(keys, key)
+		said = newestDecidedBelow(t, js)
+		if i == 100 {
+			t.Fatalf("no event says which commands were handled after %d orders", i+1)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := commandsStored(t, js)
 	if err := js.DeleteConsumer(ctx, events.CommandStream, jsstore.ProcessorConsumer); err != nil {
 		t.Fatal(err)
 	}
@@ -464,16 +583,32 @@ func TestDeletedConsumerIsReportedAndComesBack(t *testing.T) {
 		t.Fatalf("the order accepted while the consumer was gone: %d %s", r.Status, r.Body)
 	}
 	t.Logf("ready and the order decided %s after the consumer was made again", time.Since(made).Round(100*time.Millisecond))
-	// The new consumer delivered the commands decided before again: each
-	// was decided as before, nothing stored twice.
-	orderlytest.Eventually(t, 15*time.Second, "every command delivered again and acked", func() bool {
+	// The new consumer started at the sequence the newest event said, not
+	// at the first command: the commands below it, all handled, are not
+	// delivered again; those from it on (some decided before, and the one
+	// accepted while the consumer was gone) are, and each is decided as
+	// before, nothing stored twice.
+	orderlytest.Eventually(t, 15*time.Second, "every command from where the events said delivered and acked", func() bool {
 		c, err := js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer)
 		if err != nil {
 			return false
 		}
 		info := c.CachedInfo()
-		return info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Consumer >= 3
+		return info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Consumer >= 1
 	})
+	c, err := js.Consumer(ctx, events.CommandStream, jsstore.ProcessorConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := c.CachedInfo()
+	if info.Config.DeliverPolicy != jetstream.DeliverByStartSequencePolicy || info.Config.OptStartSeq != said || said > before {
+		t.Errorf("the consumer was made again as %s from %d; want from %d, which the newest event said (%d commands before the removal)",
+			info.Config.DeliverPolicy, info.Config.OptStartSeq, said, before)
+	}
+	if want := before + 1 - said + 1; info.Delivered.Consumer != want {
+		t.Errorf("the consumer made again delivered %d commands, want %d (from %d to %d)", info.Delivered.Consumer, want, said, before+1)
+	}
+	t.Logf("made again from command %d of %d: %d delivered again", said, before+1, info.Delivered.Consumer)
 	counts := orderlytest.CreatedByKey(t, js)
 	for _, key := range keys {
 		if n := counts[idempotency.KeyHash(api.DefaultTenant, key)]; n != 1 {

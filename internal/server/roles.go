@@ -64,6 +64,8 @@ func (s *Server) startProcessor(ctx context.Context, js jetstream.JetStream) err
 	if err != nil {
 		return err
 	}
+	s.wg.Add(1)
+	go s.followDecidedBelow(js, evs)
 	delivery := func(d *pipeline.Delivery) processor.Delivery {
 		pd := processor.Delivery{Data: d.Data, Seq: d.Seq, Delivered: d.Delivered}
 		// Only the operator may publish on the replay subject (natsauth), so
@@ -246,6 +248,25 @@ func (s *Server) followOrderIDs(js jetstream.JetStream) {
 		}
 		return true
 	})
+}
+
+// followDecidedBelow reads the processors' consumer's acknowledgement floor
+// now and every DecidedBelowRefresh, until shutdown, for the events to carry
+// (events.HeaderDecidedBelow): when the consumer is removed, orderly setup
+// makes it again from the newest event's floor rather than from the
+// first retained command. A reading that fails leaves the last one, which
+// still holds (a floor only rises).
+func (s *Server) followDecidedBelow(js jetstream.JetStream, evs *jsstore.Events) {
+	read := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if c, err := js.Consumer(ctx, s.cfg.Processor.Stream, s.cfg.Processor.Consumer); err == nil {
+			evs.SetDecidedBelow(c.CachedInfo().AckFloor.Stream + 1)
+		}
+		return true
+	}
+	read()
+	s.every(cmp.Or(s.cfg.DecidedBelowRefresh, time.Second), read)
 }
 
 // every runs f every interval until f returns false or the server stops,
