@@ -27,34 +27,22 @@ type Events struct {
 	newestOK                bool
 	// decidedBelow is what the events appended from now on say in their
 	// header HeaderDecidedBelow (nil: nothing, until SetDecidedBelow).
-	decidedBelow atomic.Pointer[decidedBelow]
-}
-
-type decidedBelow struct {
-	seq    uint64
-	header []string
+	decidedBelow atomic.Pointer[[]string]
 }
 
 // SetDecidedBelow makes the events appended from now on say that every
 // command of ORDER_COMMANDS below seq was handled (events.HeaderDecidedBelow):
-// the processors' consumer's acknowledgement floor plus one. A seq of 1 or
-// less says nothing, and one below the last set is left out: a floor does
-// not fall (a reading that does is of a consumer made again since, whose
-// floor starts where setup started it).
+// the processors' consumer's acknowledgement floor plus one, the newest
+// reading. A seq of 1 or less says nothing: the events carry no header.
+// A reading lower than the one before is taken too (the consumer was made
+// again from an earlier command, or a backup was restored): what the
+// events say follows the consumer that delivers the commands now.
 func (e *Events) SetDecidedBelow(seq uint64) {
 	if seq <= 1 {
+		e.decidedBelow.Store(nil)
 		return
 	}
-	next := &decidedBelow{seq: seq, header: []string{strconv.FormatUint(seq, 10)}}
-	for {
-		old := e.decidedBelow.Load()
-		if old != nil && old.seq >= seq {
-			return
-		}
-		if e.decidedBelow.CompareAndSwap(old, next) {
-			return
-		}
-	}
+	e.decidedBelow.Store(&[]string{strconv.FormatUint(seq, 10)})
 }
 
 // OpenEvents binds to the stream, which must exist (Topology.Ensure). Appends
@@ -148,7 +136,7 @@ func (e *Events) appendMsg(ctx context.Context, q AppendRequest) (*nats.Msg, err
 	}
 	msg := eventMsg(ctx, events.EventSubject(q.Kind, q.OrderID), events.EventID(q.Kind, q.OrderID), q.After, filter, q.Data)
 	if below := e.decidedBelow.Load(); below != nil {
-		msg.Header[events.HeaderDecidedBelow] = below.header // never written to
+		msg.Header[events.HeaderDecidedBelow] = *below // never written to
 	}
 	return msg, nil
 }

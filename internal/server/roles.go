@@ -254,8 +254,8 @@ func (s *Server) followOrderIDs(js jetstream.JetStream) {
 // now and every DecidedBelowRefresh, until shutdown, for the events to carry
 // (events.HeaderDecidedBelow): when the consumer is removed, orderly setup
 // makes it again from the newest event's floor rather than from the
-// first retained command. A reading that fails leaves the last one, which
-// still holds (a floor only rises).
+// first retained command. A reading that fails leaves the last one: what
+// was handled stays handled.
 func (s *Server) followDecidedBelow(js jetstream.JetStream, evs *jsstore.Events) {
 	read := func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
