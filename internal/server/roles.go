@@ -258,7 +258,8 @@ func (s *Server) followOrderIDs(js jetstream.JetStream) {
 // was handled stays handled.
 func (s *Server) followDecidedBelow(js jetstream.JetStream, evs *jsstore.Events) {
 	read := func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// A short bound: a reading in progress holds the shutdown up.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if c, err := js.Consumer(ctx, s.cfg.Processor.Stream, s.cfg.Processor.Consumer); err == nil {
 			evs.SetDecidedBelow(c.CachedInfo().AckFloor.Stream + 1)
