@@ -305,6 +305,10 @@ func TestEachUserMayDoItsJobAndNothingElse(t *testing.T) {
 		c.allowed(t, "write a result", putResult(c))
 		c.allowed(t, "dead-letter a command", publish(c, events.DeadLetterSubject))
 		c.allowed(t, "take commands", fetch(c, commands, jsstore.ProcessorConsumer))
+		c.allowed(t, "read its consumer's acknowledgement floor, which its events carry (ADR 0031)", func(ctx context.Context) error {
+			_, err := c.js.Consumer(ctx, commands, jsstore.ProcessorConsumer)
+			return err
+		})
 		c.refused(t, "publish a command", events.CommandSubject, publish(c, events.CommandSubject))
 		c.refused(t, "delete ORDER_COMMANDS", "STREAM.DELETE."+commands, deleteStream(c, commands))
 		c.refused(t, "redirect its own consumer", "CONSUMER.CREATE."+commands+"."+jsstore.ProcessorConsumer, redirect(c, commands, jsstore.ProcessorConsumer))
