@@ -191,6 +191,14 @@ type HealthcheckCmd struct {
 	Timeout time.Duration `name:"timeout" default:"3s" help:"How long to wait for the answer."`
 }
 
+// Validate refuses a URL that is not one of HTTP, before any probe.
+func (c *HealthcheckCmd) Validate() error {
+	if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
+		return fmt.Errorf("--url %q must start with http:// or https://", c.URL)
+	}
+	return nil
+}
+
 // Run probes.
 func (c *HealthcheckCmd) Run(g *globals) error {
 	ctx, cancel := context.WithTimeout(g.ctx, c.Timeout)
@@ -206,7 +214,8 @@ func (c *HealthcheckCmd) Run(g *globals) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("unhealthy: %s answered %d: %s", c.URL, resp.StatusCode, strings.TrimSpace(string(body)))
+		// The answer's bytes as they may be printed (termsafe).
+		return fmt.Errorf("unhealthy: %s answered %d: %s", c.URL, resp.StatusCode, safe(strings.TrimSpace(string(body))))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -824,6 +825,12 @@ func TestNegativeValuesAreRefused(t *testing.T) {
 			t.Errorf("%q: %v\n%s", c.args, err, out)
 		}
 	}
+	// Not a count, but refused the same way before anything is done: a
+	// healthcheck of a URL that is not HTTP said Go's "unsupported protocol
+	// scheme".
+	if out, err := exec.Command(bin, "healthcheck", "--url", "localhost:8080/readyz").CombinedOutput(); err == nil || !strings.Contains(string(out), "must start with http:// or https://") {
+		t.Errorf("healthcheck --url localhost:8080/readyz: %v\n%s", err, out)
+	}
 	if out, err := exec.Command(bin, "restore", "--replicas=-1", t.TempDir()).CombinedOutput(); err == nil || !strings.Contains(string(out), "--replicas must be 0") {
 		t.Errorf("restore --replicas=-1: %v\n%s", err, out)
 	}
@@ -883,6 +890,23 @@ func TestBackupAndRestoreLookAtTheDirectoryFirst(t *testing.T) {
 	out, err := exec.Command(bin, "backup", dir, "--nats-url", "nats://127.0.0.1:1").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "is not empty") || strings.Contains(string(out), "NATS") {
 		t.Errorf("backup into a directory with a file: %v, want it refused before NATS is asked\n%s", err, out)
+	}
+}
+
+// TestHealthcheckPrintsTheAnswerSafely: what a probed server answers
+// besides 200 is printed, with the terminal escapes and controls of its
+// bytes escaped (termsafe), as every tool prints what others wrote.
+func TestHealthcheckPrintsTheAnswerSafely(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not ready \x1b]0;pwned\x07\x1b[2J"))
+	}))
+	defer srv.Close()
+	out, err := exec.Command(bin, "healthcheck", "--url", srv.URL+"/readyz").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "answered 503: not ready") || strings.ContainsAny(string(out), "\x1b\x07") {
+		t.Errorf("healthcheck of a 503 with escapes: %v\n%q", err, out)
 	}
 }
 

@@ -144,7 +144,7 @@ func (c Config) Validate() error {
 	}
 	if c.Listen != "" {
 		if _, _, err := splitHostPort(c.Listen); err != nil {
-			errs = append(errs, fmt.Errorf("embedded NATS: listen address: %w", err))
+			errs = append(errs, fmt.Errorf("embedded NATS: listen address (--nats-listen): %w", err))
 		}
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
