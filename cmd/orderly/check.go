@@ -2,11 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -52,7 +49,7 @@ func (c *CheckCmd) Run(g *globals) error {
 	if c.Report != "" {
 		// A report that cannot be written is refused now, not after a run
 		// of minutes whose details it was to keep.
-		if err := writableFile(c.Report); err != nil {
+		if err := filesync.CheckWritable(c.Report); err != nil {
 			return fmt.Errorf("--report: %w", err)
 		}
 	}
@@ -84,27 +81,6 @@ func (c *CheckCmd) Run(g *globals) error {
 		return fmt.Errorf("%d violation(s)", len(rep.Violations))
 	}
 	return nil
-}
-
-// writableFile tells whether a file can be written at path the way
-// filesync.WriteFile writes it: path is not a directory, and its directory
-// takes a new file (one is made and removed again).
-func writableFile(path string) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory", path)
-	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // the temporary name means nothing to the user
-		}
-		return fmt.Errorf("cannot write a file in %s: %w", dir, err)
-	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
 }
 
 func parseWeights(s string) (map[check.Scenario]int, error) {

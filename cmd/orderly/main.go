@@ -22,6 +22,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/nats-io/nats.go"
 
+	"github.com/orderly-dev/orderly/internal/bench"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 )
 
@@ -192,12 +193,7 @@ type HealthcheckCmd struct {
 }
 
 // Validate refuses a URL that is not one of HTTP, before any probe.
-func (c *HealthcheckCmd) Validate() error {
-	if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
-		return fmt.Errorf("--url %q must start with http:// or https://", c.URL)
-	}
-	return nil
-}
+func (c *HealthcheckCmd) Validate() error { return bench.CheckURL(c.URL) }
 
 // Run probes.
 func (c *HealthcheckCmd) Run(g *globals) error {

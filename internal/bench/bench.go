@@ -109,11 +109,21 @@ type Config struct {
 	ProgressEvery time.Duration
 }
 
+// CheckURL refuses a URL of orderly's API (or of one of its probes) that is
+// not HTTP: the tools that send requests check theirs with it before they
+// send any.
+func CheckURL(u string) error {
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return fmt.Errorf("url %q must start with http:// or https://", u)
+	}
+	return nil
+}
+
 // Validate reports every problem with c.
 func (c Config) Validate() error {
 	var errs []error
-	if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
-		errs = append(errs, fmt.Errorf("url %q must start with http:// or https://", c.URL))
+	if err := CheckURL(c.URL); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Connections < 1 {
 		errs = append(errs, errors.New("connections must be at least 1"))

@@ -90,8 +90,8 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("the URL of at least one API is needed"))
 	}
 	for _, u := range c.URLs {
-		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			errs = append(errs, fmt.Errorf("url %q must start with http:// or https://", u))
+		if err := bench.CheckURL(u); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.NATSURL == "" {

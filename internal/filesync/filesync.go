@@ -9,17 +9,44 @@
 package filesync
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
+
+// CheckWritable tells, before the work whose result goes there, whether
+// WriteFile could write path: path is not a directory, and its directory
+// takes a new file (one is made and removed again, named as WriteFile
+// names its temporary file).
+func CheckWritable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, tempPattern(path))
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the temporary name means nothing to the user
+		}
+		return fmt.Errorf("cannot write a file in %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// tempPattern names the temporary file of a write of path, beside it.
+func tempPattern(path string) string { return "." + filepath.Base(path) + ".tmp-*" }
 
 // WriteFile writes data to path with mode (umask not applied) atomically
 // and durably: a reader, and the disk after a power loss, sees the old file
 // or the whole new one, never a part.
 func WriteFile(path string, data []byte, mode os.FileMode) error {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, tempPattern(path))
 	if err != nil {
 		return err
 	}

@@ -64,3 +64,24 @@ func TestSyncFiles(t *testing.T) {
 		t.Fatal("a missing directory: no error")
 	}
 }
+
+// TestCheckWritable: a path WriteFile could write passes and leaves
+// nothing behind; a directory, a missing directory and one that takes no
+// new file are refused, naming the directory without a temporary name.
+func TestCheckWritable(t *testing.T) {
+	dir := t.TempDir()
+	if err := filesync.CheckWritable(filepath.Join(dir, "r.json")); err != nil {
+		t.Fatalf("a new file in a writable directory: %v", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("the check left %d files", len(left))
+	}
+	for path, want := range map[string]string{
+		dir:                                     "is a directory",
+		filepath.Join(dir, "missing", "r.json"): "cannot write a file in " + filepath.Join(dir, "missing") + ": no such file or directory",
+	} {
+		if err := filesync.CheckWritable(path); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), ".tmp-") {
+			t.Errorf("%s: %v, want %q", path, err, want)
+		}
+	}
+}
