@@ -944,6 +944,61 @@ func TestCredentialsInitTellsOfANewRoutePassword(t *testing.T) {
 	}
 }
 
+// TestCredentialsInitSetsTheAccountsStorageLimit: --account-max-store
+// writes the ORDERLY account's JetStream storage limit into
+// nats-accounts.conf, a later init without it and a service's key keep it,
+// 0 removes it, and a size it cannot read is refused before anything is
+// written. internal/server TestAccountStorageLimitLosesNoAcceptedOrder runs
+// NATS with it.
+func TestCredentialsInitSetsTheAccountsStorageLimit(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := filepath.Join(t.TempDir(), "credentials")
+	const reload = "reload the NATS nodes"
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	conf := func() string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, natsauth.ConfigFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if out, err := exec.Command(bin, "credentials", "init", dir, "--account-max-store", "12XB").CombinedOutput(); err == nil || !strings.Contains(string(out), `--account-max-store: want a size such as 512MiB, got "12XB"`) {
+		t.Fatalf("a size it cannot read: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused init made the directory: %v", err)
+	}
+	if out := run("credentials", "init", dir, "--account-max-store", "2GiB"); !strings.Contains(out, "the account ORDERLY may store 2.0 GiB") || strings.Contains(out, reload) {
+		t.Fatalf("init of a new directory with a limit:\n%s", out)
+	}
+	const capped = "jetstream: { max_file: 2147483648 }"
+	if !strings.Contains(conf(), capped) {
+		t.Fatalf("no limit in the configuration:\n%s", conf())
+	}
+	if out := run("credentials", "init", dir); !strings.Contains(out, "may store 2.0 GiB") || strings.Contains(out, reload) || !strings.Contains(conf(), capped) {
+		t.Fatalf("init without the flag did not keep the limit:\n%s\n%s", out, conf())
+	}
+	run("credentials", "service", "add", "billing", "--dir", dir)
+	if !strings.Contains(conf(), capped) {
+		t.Fatalf("a service's key dropped the limit:\n%s", conf())
+	}
+	if out := run("credentials", "init", dir, "--account-max-store", "3TB"); !strings.Contains(out, reload) || !strings.Contains(conf(), "max_file: 3000000000000 }") {
+		t.Fatalf("a new limit:\n%s\n%s", out, conf())
+	}
+	if out := run("credentials", "init", dir, "--account-max-store", "0"); !strings.Contains(out, "has no JetStream storage limit") || !strings.Contains(out, reload) || strings.Contains(conf(), "max_file") {
+		t.Fatalf("0 did not remove the limit:\n%s\n%s", out, conf())
+	}
+}
+
 // TestServiceKeys: orderly credentials service add, list and remove on a
 // credentials directory; orderly credentials init (which orderly serve runs
 // at every start) keeps the services' accounts in the configuration.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -171,10 +172,8 @@ func (c *ServeCmd) config() (server.Config, error) {
 	if c.BatchWrites == "auto" {
 		cfg.BatchWrites = cfg.Fsync.Always
 	}
-	if c.MinFreeSpace == "0" {
-		cfg.MinFreeSpace = 0
-	} else if cfg.MinFreeSpace, err = parseBytes(c.MinFreeSpace); err != nil {
-		return cfg, fmt.Errorf("--min-free-space: %w", err)
+	if cfg.MinFreeSpace, err = parseSize("--min-free-space", c.MinFreeSpace); err != nil {
+		return cfg, err
 	}
 	cfg.StoreFaultGrace = c.StoreFaultGrace
 	cfg.DecisionLag = c.DecisionLag
@@ -500,7 +499,7 @@ func parseBytes(s string) (int64, error) {
 	units := []struct {
 		suffix string
 		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}}
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"TB", 1000 * 1000 * 1000 * 1000}, {"B", 1}}
 	mult := int64(1)
 	num := strings.TrimSpace(s)
 	for _, u := range units {
@@ -510,8 +509,20 @@ func parseBytes(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 {
+	if err != nil || n <= 0 || n > math.MaxInt64/mult {
 		return 0, fmt.Errorf("want a size such as 512MiB, got %q", s)
 	}
 	return n * mult, nil
+}
+
+// parseSize is parseBytes for the size flag named flag, where 0 means none.
+func parseSize(flag, s string) (int64, error) {
+	if strings.TrimSpace(s) == "0" {
+		return 0, nil
+	}
+	n, err := parseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", flag, err)
+	}
+	return n, nil
 }

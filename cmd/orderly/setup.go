@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -138,8 +140,18 @@ func (c *CredentialsServiceListCmd) Run() error {
 
 // CredentialsInitCmd is orderly credentials init.
 type CredentialsInitCmd struct {
-	Dir      string   `name:"dir" arg:"" type:"path" help:"Directory for the seeds, the route password, the TLS files and the configuration fragments."`
-	TLSHosts []string `name:"tls-host" env:"ORDERLY_TLS_HOSTS" sep:"," help:"Names or addresses the NATS nodes are reached at, besides nats-1, nats-2, nats-3, localhost, 127.0.0.1 and ::1: the nodes' certificate (tls-node.pem) must hold every one that a client or a route dials. Repeat it or separate with commas."`
+	Dir             string   `name:"dir" arg:"" type:"path" help:"Directory for the seeds, the route password, the TLS files and the configuration fragments."`
+	TLSHosts        []string `name:"tls-host" env:"ORDERLY_TLS_HOSTS" sep:"," help:"Names or addresses the NATS nodes are reached at, besides nats-1, nats-2, nats-3, localhost, 127.0.0.1 and ::1: the nodes' certificate (tls-node.pem) must hold every one that a client or a route dials. Repeat it or separate with commas."`
+	AccountMaxStore string   `name:"account-max-store" env:"ORDERLY_ACCOUNT_MAX_STORE" placeholder:"SIZE" help:"Limit the JetStream storage of orderly's NATS account (such as 120GiB; every copy of a replicated stream counts, so an R3 cluster holds a third of it on each node), and alert before it (OrderlyAccountStorageNearLimit). At the limit new orders are answered 503 and the accepted ones wait, while the streams keep their leaders; set it below three times the nodes' max_file_store, whose overrun leaves the streams without leaders. Reload the nodes to take it. 0 removes it; empty keeps what the directory has (docs/operations.md)."`
+}
+
+// Validate checks the size before anything is written.
+func (c *CredentialsInitCmd) Validate() error {
+	if c.AccountMaxStore == "" {
+		return nil
+	}
+	_, err := parseSize("--account-max-store", c.AccountMaxStore)
+	return err
 }
 
 // Run creates the credentials.
@@ -155,6 +167,19 @@ func (c *CredentialsInitCmd) Run() error {
 	}
 	if err := creds.Check(); err != nil {
 		return err
+	}
+	oldLimit, err := creds.AccountMaxStore()
+	if err != nil {
+		return err
+	}
+	limit := oldLimit
+	if c.AccountMaxStore != "" {
+		if limit, err = parseSize("--account-max-store", c.AccountMaxStore); err != nil {
+			return err
+		}
+		if err := creds.SetAccountMaxStore(limit); err != nil {
+			return err
+		}
 	}
 	issued, err := creds.InitTLS(c.TLSHosts)
 	if err != nil {
@@ -181,6 +206,15 @@ func (c *CredentialsInitCmd) Run() error {
 		fmt.Printf("a new TLS CA: restart every NATS node and every orderly process, which must all trust it (docs/operations.md, rotating NATS credentials)\n")
 	case issued.Node && !issued.CA:
 		fmt.Printf("the nodes' certificate was issued again (%s): reload the NATS nodes to take it (SIGHUP: nats-server --signal reload, or docker compose kill -s HUP nats-1 nats-2 nats-3); clients and routes keep trusting the same CA\n", issued.Reason)
+	}
+	switch {
+	case limit == 0:
+		fmt.Printf("the account %s has no JetStream storage limit (--account-max-store)\n", natsauth.Account)
+	default:
+		fmt.Printf("the account %s may store %s in JetStream, every copy counted (%s)\n", natsauth.Account, humanize.IBytes(uint64(limit)), creds.AccountMaxStorePath())
+	}
+	if limit != oldLimit && !newCredentials {
+		fmt.Printf("the account's storage limit changed: reload the NATS nodes to take it (nats-server --signal reload, or docker compose kill -s HUP nats-1 nats-2 nats-3; orderly serve: restart it)\n")
 	}
 	if newRoutePassword {
 		fmt.Printf("a new route password in a directory that had none: restart every NATS node of the cluster at once, with deploy/nats/node.conf and run.sh of this version (a node that asks for it refuses the routes of one that does not send it; docs/operations.md, rotating NATS credentials)\n")

@@ -38,19 +38,20 @@ func IsWrongLastSequence(err error) bool {
 // JetStream error codes of faults of the store or the cluster: the request
 // was fine, the store could not take it now.
 var unavailableCodes = map[jetstream.ErrorCode]bool{
-	10004: true, // cluster incomplete results
-	10005: true, // no suitable peers for placement (a cluster still forming)
-	10008: true, // JetStream system temporarily unavailable
-	10009: true, // cluster can not handle request (no leader)
-	10023: true, // insufficient resources
-	10028: true, // insufficient memory resources
-	10047: true, // insufficient storage resources
-	10077: true, // stream store failed (write error, no space, max bytes)
-	10118: true, // stream is offline
-	10119: true, // consumer is offline
-	10163: true, // expected last sequence per subject temporarily unavailable
-	10194: true, // stream is offline: reason
-	10195: true, // consumer is offline: reason
+	errCodeAccountResourcesExceeded: true,
+	10004:                           true, // cluster incomplete results
+	10005:                           true, // no suitable peers for placement (a cluster still forming)
+	10008:                           true, // JetStream system temporarily unavailable
+	10009:                           true, // cluster can not handle request (no leader)
+	10023:                           true, // insufficient resources
+	10028:                           true, // insufficient memory resources
+	10047:                           true, // insufficient storage resources
+	10077:                           true, // stream store failed (write error, no space, max bytes)
+	10118:                           true, // stream is offline
+	10119:                           true, // consumer is offline
+	10163:                           true, // expected last sequence per subject temporarily unavailable
+	10194:                           true, // stream is offline: reason
+	10195:                           true, // consumer is offline: reason
 }
 
 // IsUnavailable reports whether err is a fault of NATS rather than of the
@@ -100,11 +101,23 @@ func (e *StoreError) Error() string { return e.Err.Error() }
 func (e *StoreError) Unwrap() error { return e.Err }
 
 // Temporary reports whether the call may succeed if tried again within a
-// request: NATS was unavailable. A write the disk guard refused is not:
-// the free space does not come back in seconds, so the API answers 503 at
-// once instead of holding its client for the request's whole budget.
+// request: NATS was unavailable. A write refused for want of room is not
+// (the disk guard's, or the account's JetStream storage limit): the room
+// does not come back in seconds, so the API answers 503 at once instead of
+// holding its client for the request's whole budget.
 func (e *StoreError) Temporary() bool {
-	return IsUnavailable(e.Err) && !errors.Is(e.Err, ErrStorageLow)
+	return IsUnavailable(e.Err) && !outOfRoom(e.Err)
+}
+
+// errCodeAccountResourcesExceeded is "resource limits exceeded for account":
+// the write would take the account past its JetStream storage limit.
+const errCodeAccountResourcesExceeded = 10002
+
+// outOfRoom reports whether err is a write refused for want of room that
+// stays so until an operator acts or retention frees some.
+func outOfRoom(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, ErrStorageLow) || errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAccountResourcesExceeded
 }
 
 // NotStored reports whether a write certainly stored nothing.

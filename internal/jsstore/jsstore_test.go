@@ -417,6 +417,7 @@ func TestIsUnavailable(t *testing.T) {
 		{jetstream.ErrAsyncPublishTimeout, true}, // an ack given up (NewJetStream)
 		{&jetstream.APIError{Code: 500, ErrorCode: 10077, Description: "no space left on device"}, true},
 		{&jetstream.APIError{Code: 503, ErrorCode: 10023}, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10002}, true},  // the account's storage limit
 		{&jetstream.APIError{Code: 400, ErrorCode: 10071}, false}, // wrong last sequence: an answer, not a fault
 		{&jetstream.APIError{Code: 400, ErrorCode: 10005}, true},  // no peers yet
 	} {
@@ -440,6 +441,7 @@ func TestStoreErrorSaysWhatARetryCanDo(t *testing.T) {
 		{nats.ErrNoResponders, true, true},
 		{context.DeadlineExceeded, true, false},
 		{errors.New("decode"), false, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10002, Description: "resource limits exceeded for account"}, false, true},
 	} {
 		e := &jsstore.StoreError{Err: tc.err}
 		if e.Temporary() != tc.temporary || e.NotStored() != tc.notStored {

@@ -401,7 +401,11 @@ func (c Credentials) Config() (string, error) {
 	var b strings.Builder
 	b.WriteString("# Written by orderly (internal/natsauth): orderly's NATS accounts, users and permissions.\n")
 	b.WriteString("# Public keys only; the seeds are the *.nk files beside it. Include it from a server's config.\n")
-	fmt.Fprintf(&b, "accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", Account)
+	js, err := c.jetStreamBlock()
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, "accounts {\n  %s {\n    jetstream: %s\n    users: [\n", Account, js)
 	for _, u := range Users {
 		if u == System || u == Events {
 			continue

@@ -155,7 +155,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	}
 	s.writes.Follow(s.nc)
 	reconnects, moves := connectionMetrics(s.nc)
-	s.registry.MustRegister(newTLSExpiry(s.nc), reconnects, moves, newStreamReplicas(js, streamsOf(cfg.Roles)))
+	s.registry.MustRegister(newTLSExpiry(s.nc), reconnects, moves, newStreamReplicas(js, streamsOf(cfg.Roles)), newAccountStore(js))
 	if s.ns != nil && cfg.MinFreeSpace > 0 {
 		abs, _ := filepath.Abs(cfg.DataDir)
 		if s.guard, err = jsstore.NewDiskGuard(jsstore.DiskGuardConfig{Dir: abs, Reserve: cfg.MinFreeSpace}); err != nil {
@@ -187,7 +187,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 			}
 			return nil
 		}},
-		{Name: "jetstream", Run: func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }},
+		{Name: "jetstream", Run: jetStreamReady(js)},
 		{Name: "store", Run: func(ctx context.Context) error {
 			if err := s.fault.err(); err != nil {
 				return err

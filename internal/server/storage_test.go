@@ -158,6 +158,24 @@ func decidedOnce(t *testing.T, inst *orderlytest.Instance, accepted map[string]s
 	}
 }
 
+// notReadyFor looks at /readyz every 250 ms for d and fails the test when it
+// said ready more than one time in ten (while what). About 100 looks in
+// 25 s; fewer when /readyz is slow (the race detector, a busy machine), so
+// the ones that said ready are counted, not inferred.
+func notReadyFor(t *testing.T, url string, d time.Duration, what string) (looks, saidReady int) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		looks++
+		if _, ok := readyz(url); ok {
+			saidReady++
+		}
+	}
+	if saidReady > looks/10 {
+		t.Fatalf("/readyz said ready %d times out of %d while %s", saidReady, looks, what)
+	}
+	return looks, saidReady
+}
+
 func readyz(url string) (orderlytest.Response, bool) {
 	r, err := orderlytest.TryDo(http.MethodGet, url+"/readyz", nil)
 	return r, err == nil && r.Status == http.StatusOK
@@ -186,19 +204,8 @@ func TestFullDiskLosesNoAcceptedOrder(t *testing.T) {
 	if took := time.Since(begin); r.Status != http.StatusServiceUnavailable || !bytes.Contains(r.Body, []byte("service_unavailable")) || took > 2*time.Second {
 		t.Fatalf("a new order on a full disk: %d after %s: %s", r.Status, took.Round(time.Millisecond), r.Body)
 	}
-	// About 100 looks; fewer when /readyz is slow (the race detector, a
-	// busy machine), so the ones that said ready are counted, not inferred.
-	var looks, saidReady int
-	for end := time.Now().Add(25 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
-		looks++
-		if _, ok := readyz(inst.URL); ok {
-			saidReady++
-		}
-	}
+	looks, saidReady := notReadyFor(t, inst.URL, 25*time.Second, "the disk was full")
 	accepted := load.end()
-	if saidReady > looks/10 {
-		t.Fatalf("/readyz said ready %d times out of %d while the disk was full", saidReady, looks)
-	}
 	if r, _ := readyz(inst.URL); !bytes.Contains(r.Body, []byte(`"storage"`)) {
 		t.Fatalf("/readyz does not name the storage check: %s", r.Body)
 	}

@@ -1,0 +1,82 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// accountStoreHeadroom is how close to the account's JetStream storage
+// limit a process stops saying it is ready: about a thousand orders
+// before the writes are refused.
+const accountStoreHeadroom = 1 << 20
+
+// accountStoreFull says why orderly's NATS account can take no more writes,
+// or nil: the account has a JetStream storage limit (the max_file of its
+// jetstream block, `orderly credentials init --account-max-store`) and less
+// than accountStoreHeadroom is left below it. At the limit every write of the
+// account is refused ("resource limits exceeded for account", 10002): new
+// orders are answered 503, and the processor holds what it accepted until
+// the limit is raised or the retentions free room. Tiered limits (per
+// replica count) are not looked at: orderly's configuration writes none.
+func accountStoreFull(info *jetstream.AccountInfo) error {
+	limit := info.Limits.MaxStore
+	if limit <= 0 || int64(info.Store)+accountStoreHeadroom < limit {
+		return nil
+	}
+	return fmt.Errorf("the NATS account's JetStream storage is at its limit: %s of %s (raise --account-max-store and reload the NATS nodes, or shorten the retentions; docs/operations.md)",
+		humanize.IBytes(info.Store), humanize.IBytes(uint64(limit)))
+}
+
+// jetStreamReady is the readiness check "jetstream": JetStream answers for
+// the account, and the account has room for writes.
+func jetStreamReady(js jetstream.JetStream) func(context.Context) error {
+	return func(ctx context.Context) error {
+		info, err := js.AccountInfo(ctx)
+		if err != nil {
+			return err
+		}
+		return accountStoreFull(info)
+	}
+}
+
+// accountStore exports, at each scrape, the JetStream storage orderly's
+// account uses (every copy of a replicated stream counted, as the account's
+// limit counts them) and its limit when it has one. The alert
+// OrderlyAccountStorageNearLimit reads them. Nothing when the account's
+// information does not come within the timeout.
+type accountStore struct {
+	js          jetstream.JetStream
+	timeout     time.Duration
+	used, limit *prometheus.Desc
+}
+
+func newAccountStore(js jetstream.JetStream) *accountStore {
+	return &accountStore{js: js, timeout: 2 * time.Second,
+		used: prometheus.NewDesc("orderly_account_store_bytes",
+			"JetStream storage orderly's NATS account uses, every copy of a replicated stream counted.", nil, nil),
+		limit: prometheus.NewDesc("orderly_account_store_limit_bytes",
+			"The account's JetStream storage limit (credentials init --account-max-store); absent when it has none.", nil, nil)}
+}
+
+func (a *accountStore) Describe(ch chan<- *prometheus.Desc) {
+	ch <- a.used
+	ch <- a.limit
+}
+
+func (a *accountStore) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	defer cancel()
+	info, err := a.js.AccountInfo(ctx)
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(a.used, prometheus.GaugeValue, float64(info.Store))
+	if info.Limits.MaxStore > 0 {
+		ch <- prometheus.MustNewConstMetric(a.limit, prometheus.GaugeValue, float64(info.Limits.MaxStore))
+	}
+}
