@@ -38,20 +38,20 @@ func IsWrongLastSequence(err error) bool {
 // JetStream error codes of faults of the store or the cluster: the request
 // was fine, the store could not take it now.
 var unavailableCodes = map[jetstream.ErrorCode]bool{
-	errCodeAccountResourcesExceeded: true,
-	10004:                           true, // cluster incomplete results
-	10005:                           true, // no suitable peers for placement (a cluster still forming)
-	10008:                           true, // JetStream system temporarily unavailable
-	10009:                           true, // cluster can not handle request (no leader)
-	10023:                           true, // insufficient resources
-	10028:                           true, // insufficient memory resources
-	10047:                           true, // insufficient storage resources
-	10077:                           true, // stream store failed (write error, no space, max bytes)
-	10118:                           true, // stream is offline
-	10119:                           true, // consumer is offline
-	10163:                           true, // expected last sequence per subject temporarily unavailable
-	10194:                           true, // stream is offline: reason
-	10195:                           true, // consumer is offline: reason
+	10002: true, // resource limits exceeded for account (errCodeAccountResourcesExceeded: its JetStream storage limit)
+	10004: true, // cluster incomplete results
+	10005: true, // no suitable peers for placement (a cluster still forming)
+	10008: true, // JetStream system temporarily unavailable
+	10009: true, // cluster can not handle request (no leader)
+	10023: true, // insufficient resources
+	10028: true, // insufficient memory resources
+	10047: true, // insufficient storage resources
+	10077: true, // stream store failed (write error, no space, max bytes)
+	10118: true, // stream is offline
+	10119: true, // consumer is offline
+	10163: true, // expected last sequence per subject temporarily unavailable
+	10194: true, // stream is offline: reason
+	10195: true, // consumer is offline: reason
 }
 
 // IsUnavailable reports whether err is a fault of NATS rather than of the
