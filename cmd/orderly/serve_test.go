@@ -282,3 +282,23 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestParseSize: the sizes of --min-free-space and --account-max-store, with
+// 0 for none, and the refusals: no number, a negative one, an unknown unit,
+// one whose bytes do not fit in 64 bits.
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{
+		"0": 0, " 0 ": 0, "1048576": 1 << 20, "256MiB": 256 << 20, "400MB": 400_000_000, "1 GiB": 1 << 30,
+		"2TiB": 2 << 40, "3TB": 3_000_000_000_000, "512KiB": 512 << 10, "10B": 10,
+	} {
+		if got, err := parseSize("--x", in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "GiB", "-5GiB", "12XB", "1.5GiB", "9000000TiB", "9223372036854775807KiB"} {
+		if got, err := parseSize("--x", in); err == nil || !strings.HasPrefix(err.Error(), "--x: want a size") {
+			t.Errorf("parseSize(%q) = %d, %v; want a refusal naming the flag", in, got, err)
+		}
+	}
+}

@@ -11,8 +11,9 @@ import (
 )
 
 // accountStoreHeadroom is how close to the account's JetStream storage
-// limit a process stops saying it is ready: about a thousand orders
-// before the writes are refused.
+// limit a process stops saying it is ready: some 400 orders before the
+// writes are refused on one server (a command and its event, ~2.6 KB), some
+// 130 on an R3 cluster, where the limit counts each of the three copies.
 const accountStoreHeadroom = 1 << 20
 
 // accountStoreFull says why orderly's NATS account can take no more writes,
