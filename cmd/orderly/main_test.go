@@ -458,6 +458,8 @@ func TestOperatorTools(t *testing.T) {
 		t.Errorf("status does not show the stored form of order IDs: %v\n%s", err, out)
 	} else if !regexp.MustCompile(`(?m)^ORDER_COMMANDS +[1-9][0-9,]* +[0-9.]+ (B|KiB|MiB) +1 `).MatchString(out) {
 		t.Errorf("status does not show ORDER_COMMANDS' messages and size for a reader:\n%s", out)
+	} else if !regexp.MustCompile(`(?m)^account storage: [1-9][0-9.]* (KiB|MiB) in JetStream, every copy counted, no limit`).MatchString(out) {
+		t.Errorf("status does not show the account's storage:\n%s", out)
 	}
 	if out, err := tool("status", "--json"); err != nil || !strings.Contains(out, `"order_ids": "keyed"`) {
 		t.Errorf("status --json does not show the stored form of order IDs: %v\n%s", err, out)

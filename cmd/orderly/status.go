@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 type StatusCmd struct {
 	ToolNATS
 	Leader string `name:"leader" placeholder:"STREAM" help:"Print only the server that leads STREAM (ORDER_COMMANDS, ORDER_EVENTS, ORDER_COMMANDS_DLQ or KV_ORDER_RESULTS), for scripts."`
-	JSON   bool   `name:"json" help:"Print the status as JSON (exact counts; the table rounds bytes to KiB, MiB or GiB)."`
+	JSON   bool   `name:"json" help:"Print the streams' status as JSON (exact counts; the table rounds bytes to KiB, MiB or GiB, and ends with the account's storage, which /metrics has exactly: orderly_account_store_bytes)."`
 }
 
 // streamStatus is one stream's line.
@@ -108,6 +109,9 @@ func (c *StatusCmd) Run(g *globals) error {
 	if err := printStatus(out, c.JSON); err != nil {
 		return err
 	}
+	if !c.JSON {
+		printAccountStore(g.ctx, js)
+	}
 	if len(missing) > 0 {
 		return fmt.Errorf("missing: %s (orderly setup creates a missing stream; orderly restore puts back a backup's)", strings.Join(missing, ", "))
 	}
@@ -140,4 +144,18 @@ func printStatus(out []streamStatus, asJSON bool) error {
 		}
 	}
 	return nil
+}
+
+// printAccountStore prints the JetStream storage orderly's account uses
+// against its limit (ADR 0032), or nothing when NATS does not say.
+func printAccountStore(ctx context.Context, js jetstream.JetStream) {
+	info, err := js.AccountInfo(ctx)
+	if err != nil {
+		return
+	}
+	limit := "no limit (orderly credentials init --account-max-store sets one)"
+	if max := info.Limits.MaxStore; max > 0 {
+		limit = fmt.Sprintf("of a limit of %s (%.0f%%; at it new orders are refused)", humanize.IBytes(uint64(max)), 100*float64(info.Store)/float64(max))
+	}
+	fmt.Printf("\naccount storage: %s in JetStream, every copy counted, %s\n", humanize.IBytes(info.Store), limit)
 }
