@@ -29,7 +29,7 @@ func accountStoreFull(info *jetstream.AccountInfo) error {
 	if limit <= 0 || int64(info.Store)+accountStoreHeadroom < limit {
 		return nil
 	}
-	return fmt.Errorf("the NATS account's JetStream storage is at its limit: %s of %s (raise --account-max-store and reload the NATS nodes, or shorten the retentions; docs/operations.md)",
+	return fmt.Errorf("the NATS account's JetStream storage is at its limit: %s of %s (raise it with orderly credentials init --account-max-store and reload the NATS nodes, or shorten the retentions; docs/operations.md)",
 		humanize.IBytes(info.Store), humanize.IBytes(uint64(limit)))
 }
 
