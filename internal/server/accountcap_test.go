@@ -46,10 +46,10 @@ func TestAccountStorageLimitLosesNoAcceptedOrder(t *testing.T) {
 	if took := time.Since(begin); r.Status != http.StatusServiceUnavailable || r.Problem(t)["code"] != "service_unavailable" || took > 2*time.Second {
 		t.Fatalf("a new order in a full account: %d after %s: %s", r.Status, took.Round(time.Millisecond), r.Body)
 	}
-	// Not ready while full, saying why; for longer than the processor's
-	// deliveries with backoff take to reach their limit: a command held for
-	// a fault of the store is not given up.
-	notReadyFor(t, inst.URL, 25*time.Second, "the account was full")
+	// Not ready while full, saying why, for 10 s: long enough for the code
+	// before ADR 0032 to count thousands of deliveries as failed (12,080 in
+	// 25 s), on the way to giving them up.
+	notReadyFor(t, inst.URL, 10*time.Second, "the account was full")
 	accepted := load.end()
 	if r, _ := readyz(inst.URL); !strings.Contains(string(r.Body), "storage is at its limit") {
 		t.Fatalf("/readyz does not say the account is full: %s", r.Body)
