@@ -256,7 +256,7 @@ func decodeChecked(body []byte) (events.OrderRequest, []problem.FieldError, int)
 	}
 	req.Items = d.items(fields[2])
 	if raw := fields[3]; raw != nil && !isNull(raw) {
-		if t, ok := d.integer("total", raw, 0); ok {
+		if t, ok := d.integer("total", raw, 0, moneyNotInteger); ok {
 			req.Total = &t
 		}
 	}
@@ -436,6 +436,9 @@ func hasControl(s string) bool {
 	return false
 }
 
+// moneyNotInteger is the reason for an amount that is not an integer.
+const moneyNotInteger = "must be an integer (money is in minor units, such as cents)"
+
 func isCurrency(s string) bool {
 	if len(s) != 3 {
 		return false
@@ -448,8 +451,9 @@ func isCurrency(s string) bool {
 	return true
 }
 
-// integer decodes a JSON integer of at least min.
-func (d *decoder) integer(field string, raw json.RawMessage, min int64) (int64, bool) {
+// integer decodes a JSON integer of at least min. notInteger is the reason
+// given for a number that is not one (1.5, 1e2): what the field counts.
+func (d *decoder) integer(field string, raw json.RawMessage, min int64, notInteger string) (int64, bool) {
 	if raw == nil || isNull(raw) {
 		d.fail(field, "is required")
 		return 0, false
@@ -460,7 +464,7 @@ func (d *decoder) integer(field string, raw json.RawMessage, min int64) (int64, 
 		case errors.Is(err, strconv.ErrRange):
 			d.fail(field, "is out of range for a 64-bit integer")
 		case raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9'):
-			d.fail(field, "must be an integer (money is in minor units, such as cents)")
+			d.fail(field, notInteger)
 		case raw[0] == '"':
 			d.fail(field, "must be an integer, not a string")
 		default:
@@ -504,8 +508,8 @@ func (d *decoder) items(raw json.RawMessage) []events.Item {
 		}
 		f := d.object(dec, p+".", "sku", "quantity", "unit_price")
 		items[i].SKU = d.text(p+".sku", f[0], MaxSKULen)
-		items[i].Quantity, _ = d.integer(p+".quantity", f[1], 1)
-		items[i].UnitPrice, _ = d.integer(p+".unit_price", f[2], 0)
+		items[i].Quantity, _ = d.integer(p+".quantity", f[1], 1, "must be an integer: a whole number of items")
+		items[i].UnitPrice, _ = d.integer(p+".unit_price", f[2], 0, moneyNotInteger)
 	}
 	return items
 }

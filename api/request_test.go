@@ -123,6 +123,24 @@ func TestCurrencyReasonNamesTheRule(t *testing.T) {
 	}
 }
 
+// A number that is not an integer is told what the field counts: a
+// quantity counts items, so the hint about money's minor units is the
+// prices' and the total's only.
+func TestNotAnIntegerReasonFitsTheField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ body, field, want, not string }{
+		{`"items":[{"sku":"x","quantity":1.5,"unit_price":1}]`, "items[0].quantity", "whole number of items", "minor units"},
+		{`"items":[{"sku":"x","quantity":1e2,"unit_price":1}]`, "items[0].quantity", "whole number of items", "minor units"},
+		{`"items":[{"sku":"x","quantity":1,"unit_price":1.5}]`, "items[0].unit_price", "minor units", "items"},
+		{`"items":[{"sku":"x","quantity":1,"unit_price":1}],"total":0.5`, "total", "minor units", "items"},
+	} {
+		_, errs := DecodeOrder([]byte(`{"customer_id":"c","currency":"EUR",` + tc.body + `}`))
+		if len(errs) != 1 || errs[0].Field != tc.field || !strings.Contains(errs[0].Reason, tc.want) || strings.Contains(errs[0].Reason, tc.not) {
+			t.Errorf("%s: errors %+v, want one on %s saying %q, not %q", tc.body, errs, tc.field, tc.want, tc.not)
+		}
+	}
+}
+
 func TestFingerprintIsCanonical(t *testing.T) {
 	t.Parallel()
 	a, _ := DecodeOrder([]byte(`{"customer_id":"c-42","currency":"EUR","items":[{"sku":"SKU-1","quantity":2,"unit_price":2495}],"total":4990}`))
