@@ -99,6 +99,13 @@ func settled(t *testing.T, js jetstream.JetStream) {
 			if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
 				return false
 			}
+			// The pending count alone lags a message just stored (the
+			// stream tells its consumers after the PubAck): the ack floor
+			// must have reached the stream's last message too.
+			s, err := js.Stream(context.Background(), stream)
+			if err != nil || info.AckFloor.Stream < s.CachedInfo().State.LastSeq {
+				return false
+			}
 		}
 		return true
 	})
