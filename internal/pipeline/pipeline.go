@@ -556,13 +556,15 @@ func (p *Pipeline) ack(d *Delivery, outcome string) {
 	if d.settled.Swap(true) {
 		return
 	}
+	// Counted before the ack is sent: whoever sees the ack on the server
+	// (a consumer's ack floor) then finds it counted too.
+	p.m.messages.WithLabelValues(outcome).Inc()
 	// Not confirmed (no double ack): the ack follows the stored work, and a
 	// lost ack is a redelivery that the idempotent handler turns into nothing
 	// new. A confirmation would cost a reply per message for no guarantee.
 	if err := d.msg.Ack(); err != nil {
 		p.logger.Warn("ack failed; redelivered after the ack wait", "seq", d.Seq, "err", err)
 	}
-	p.m.messages.WithLabelValues(outcome).Inc()
 }
 
 // nak hands d back for redelivery after delay: outcome retried.
@@ -570,6 +572,7 @@ func (p *Pipeline) nak(d *Delivery, delay time.Duration) {
 	if d.settled.Swap(true) {
 		return
 	}
+	p.m.messages.WithLabelValues(outcomeRetried).Inc() // before the nak, as in ack
 	var err error
 	if delay > 0 {
 		err = d.msg.NakWithDelay(delay)
@@ -579,7 +582,6 @@ func (p *Pipeline) nak(d *Delivery, delay time.Duration) {
 	if err != nil {
 		p.logger.Debug("nak failed; redelivered after the ack wait", "seq", d.Seq, "err", err)
 	}
-	p.m.messages.WithLabelValues(outcomeRetried).Inc()
 }
 
 // holding tracks how many deliveries of one batch are held during a fault.
