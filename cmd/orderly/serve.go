@@ -84,11 +84,11 @@ type RunFlags struct {
 type APIFlags struct {
 	Wait           time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
 	MaxWait        time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
-	BodyLimit      int64         `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"65536" help:"Largest request body in bytes (413 above)."`
+	BodyLimit      string        `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"64KiB" help:"Largest request body (413 above): a size such as 64KiB or 1MiB, or a number of bytes; at least 1KiB."`
 	HeaderTimeout  time.Duration `name:"http-header-timeout" env:"ORDERLY_HTTP_HEADER_TIMEOUT" default:"10s" help:"How long a client may take to send a request's headers."`
 	BodyTimeout    time.Duration `name:"http-body-timeout" env:"ORDERLY_HTTP_BODY_TIMEOUT" default:"10s" help:"How long a client may take to send a request body (408 after, nothing stored). Long polls are not limited by it."`
 	IdleTimeout    time.Duration `name:"http-idle-timeout" env:"ORDERLY_HTTP_IDLE_TIMEOUT" default:"60s" help:"How long a keep-alive connection may stay idle."`
-	MaxHeaderBytes int           `name:"http-max-header-bytes" env:"ORDERLY_HTTP_MAX_HEADER_BYTES" default:"32768" help:"Largest size of a request's headers (431 above)."`
+	MaxHeaderBytes string        `name:"http-max-header-bytes" env:"ORDERLY_HTTP_MAX_HEADER_BYTES" default:"32KiB" help:"Largest size of a request's headers (431 above): a size such as 32KiB, or a number of bytes; at least 4KiB."`
 	MaxConns       int           `name:"http-max-conns" env:"ORDERLY_HTTP_MAX_CONNS" default:"0" help:"Most HTTP connections open at once; more wait in the listen queue, so that clients never take the file descriptors the store needs. 0: half of the open-file limit (ulimit -n), between 64 and 16384."`
 	TokensFile     string        `name:"tokens-file" env:"ORDERLY_TOKENS_FILE" type:"path" help:"File of 'tenant token' lines (random tokens of at least 16 characters). When set, requests need Authorization: Bearer <token> and keys are scoped by tenant; SIGHUP reads the file again (a file without a valid set changes nothing). Needed when --http-addr can be reached from other hosts, unless --http-anonymous."`
 	HTTPAnonymous  bool          `name:"http-anonymous" env:"ORDERLY_HTTP_ANONYMOUS" help:"Serve /v1 without --tokens-file on an --http-addr that other hosts can reach (every client is tenant default). Without it orderly refuses to start there: anyone who reached the port could place orders. Only where something in front of orderly authenticates the clients, or every host that can reach the port is trusted. On a loopback address no tokens are needed."`
@@ -285,8 +285,18 @@ func readMetricsToken(path string) (string, error) {
 func (c *APIFlags) apply(cfg *server.Config) error {
 	cfg.API.Wait = c.Wait
 	cfg.API.MaxWait = c.MaxWait
-	cfg.API.BodyLimit = c.BodyLimit
-	cfg.HTTP = server.HTTPLimits{HeaderTimeout: c.HeaderTimeout, BodyTimeout: c.BodyTimeout, IdleTimeout: c.IdleTimeout, MaxHeaderBytes: c.MaxHeaderBytes, MaxConns: c.MaxConns}
+	// A size, not a count with a default for 0: --body-limit=0 was taken
+	// as the 64 KiB default without a word.
+	bodyLimit, err := parseLimit("--body-limit", c.BodyLimit, "64KiB")
+	if err != nil {
+		return err
+	}
+	headerBytes, err := parseLimit("--http-max-header-bytes", c.MaxHeaderBytes, "32KiB")
+	if err != nil {
+		return err
+	}
+	cfg.API.BodyLimit = bodyLimit
+	cfg.HTTP = server.HTTPLimits{HeaderTimeout: c.HeaderTimeout, BodyTimeout: c.BodyTimeout, IdleTimeout: c.IdleTimeout, MaxHeaderBytes: int(headerBytes), MaxConns: c.MaxConns}
 	cfg.Hub.CacheSize = c.ResultCache
 	cfg.OrderIDs = c.OrderIDs
 	cfg.HTTPAnonymous = c.HTTPAnonymous
@@ -513,6 +523,17 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("want a size such as 512MiB, got %q", s)
 	}
 	return n * mult, nil
+}
+
+// parseLimit is parseBytes for the size flag named flag, which has no "none":
+// 0 is refused like any size that is not one. example is a size that fits
+// the flag. The result fits in an int.
+func parseLimit(flag, s, example string) (int64, error) {
+	n, err := parseBytes(s)
+	if err != nil || n > math.MaxInt32 {
+		return 0, fmt.Errorf("%s: want a size such as %s, or a number of bytes (at most 2GiB), got %q", flag, example, s)
+	}
+	return n, nil
 }
 
 // parseSize is parseBytes for the size flag named flag, where 0 means none.

@@ -302,3 +302,53 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPLimitsAreSizes: --body-limit and --http-max-header-bytes take a
+// size as the other size flags do, or bytes as before; 0 is refused naming
+// the flag (--body-limit=0 was taken as the 64 KiB default without a word),
+// and a size below the limit's minimum is refused by the configuration.
+func TestHTTPLimitsAreSizes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args        string
+		body, heads int64
+	}{
+		{"serve", 64 << 10, 32 << 10},
+		{"serve --body-limit=1MiB --http-max-header-bytes=16KiB", 1 << 20, 16 << 10},
+		{"serve --body-limit=65536 --http-max-header-bytes=8192", 65536, 8192},
+		{"api --nats-url nats://127.0.0.1:4222 --body-limit=2KiB", 2 << 10, 32 << 10},
+	} {
+		cli := parseCLI(t, c.args)
+		var cfg server.Config
+		var err error
+		if strings.HasPrefix(c.args, "api") {
+			if cfg, err = cli.API.RunFlags.config(server.Roles{API: true}); err == nil {
+				err = cli.API.APIFlags.apply(&cfg)
+			}
+		} else {
+			cfg, err = cli.Serve.config()
+		}
+		if err != nil || cfg.API.BodyLimit != c.body || int64(cfg.HTTP.MaxHeaderBytes) != c.heads {
+			t.Errorf("%s: body limit %d, header limit %d, %v; want %d and %d", c.args, cfg.API.BodyLimit, cfg.HTTP.MaxHeaderBytes, err, c.body, c.heads)
+		}
+	}
+	for _, c := range []struct{ args, want string }{
+		{"serve --body-limit=0", "--body-limit: want a size such as 64KiB"},
+		{"serve --http-max-header-bytes=0", "--http-max-header-bytes: want a size such as 32KiB"},
+		{"serve --body-limit=64kb", "--body-limit: want a size"},
+		{"serve --body-limit=4GiB", "at most 2GiB"},
+	} {
+		cli := parseCLI(t, c.args)
+		if _, err := cli.Serve.config(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want an error saying %q", c.args, err, c.want)
+		}
+	}
+	for _, c := range []struct{ args, want string }{
+		{"serve --body-limit=512", "body limit must be at least 1024 bytes"},
+		{"serve --http-max-header-bytes=1KiB", "header limit must be at least 4096 bytes"},
+	} {
+		if err := serveConfig(t, c.args).Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want %q", c.args, err, c.want)
+		}
+	}
+}
