@@ -77,13 +77,13 @@ type RunFlags struct {
 	MetricsTokenFile string  `name:"metrics-token-file" env:"ORDERLY_METRICS_TOKEN_FILE" type:"path" help:"File holding one random token (at least 16 characters) that GET /metrics then asks every client for, as Authorization: Bearer <token> (Prometheus: authorization.credentials_file). Without it /metrics answers clients on this host (loopback) only: its counts tell whoever reaches the port how much business goes through it. SIGHUP reads the file again (one without a valid token changes nothing)."`
 	PprofAddr        string  `name:"pprof-addr" env:"ORDERLY_PPROF_ADDR" help:"Serve Go profiles (net/http/pprof, no authentication) on this loopback address, such as 127.0.0.1:6060 (others are refused); empty: off."`
 	OTLPEndpoint     string  `name:"otlp-endpoint" env:"ORDERLY_OTLP_ENDPOINT,OTEL_EXPORTER_OTLP_ENDPOINT" placeholder:"URL" help:"Export trace spans over OTLP/HTTP to this endpoint, such as http://localhost:4318 (Jaeger, an OpenTelemetry collector). Empty: no spans are exported; the W3C trace context still travels from the request to the events and into the logs."`
-	TraceRatio       float64 `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported (a request whose traceparent says sampled always is)."`
+	TraceRatio       float64 `name:"trace-sample-ratio" env:"ORDERLY_TRACE_SAMPLE_RATIO" default:"1" help:"Share of the traces started here that are exported, from 0 to 1 (a request whose traceparent says sampled always is, so 0 exports only those)."`
 }
 
 // APIFlags are the HTTP API's settings.
 type APIFlags struct {
 	Wait           time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
-	MaxWait        time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=."`
+	MaxWait        time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" help:"Cap on Prefer: wait=N and on GET ?wait=: more than 0, at least --wait."`
 	BodyLimit      string        `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"64KiB" help:"Largest request body (413 above): a size such as 64KiB or 1MiB, or a number of bytes; at least 1KiB."`
 	HeaderTimeout  time.Duration `name:"http-header-timeout" env:"ORDERLY_HTTP_HEADER_TIMEOUT" default:"10s" help:"How long a client may take to send a request's headers."`
 	BodyTimeout    time.Duration `name:"http-body-timeout" env:"ORDERLY_HTTP_BODY_TIMEOUT" default:"10s" help:"How long a client may take to send a request body (408 after, nothing stored). Long polls are not limited by it."`
@@ -283,6 +283,9 @@ func readMetricsToken(path string) (string, error) {
 }
 
 func (c *APIFlags) apply(cfg *server.Config) error {
+	if c.MaxWait == 0 { // the API's configuration takes a zero as its default, 30s
+		return errors.New("--max-wait must be more than 0s: it caps Prefer: wait=N and GET ?wait= (a client that must not wait sends Prefer: respond-async)")
+	}
 	cfg.API.Wait = c.Wait
 	cfg.API.MaxWait = c.MaxWait
 	// A size, not a count with a default for 0: --body-limit=0 was taken

@@ -352,3 +352,24 @@ func TestHTTPLimitsAreSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroIsNotTakenAsADefault: a flag given 0 where the configuration
+// below takes 0 as its default is refused, or kept as 0 where 0 means
+// something (--trace-sample-ratio=0 exported every trace: it was taken as
+// 1; --max-wait=0s was taken as 30s).
+func TestZeroIsNotTakenAsADefault(t *testing.T) {
+	t.Parallel()
+	if cfg := serveConfig(t, "serve --trace-sample-ratio=0"); cfg.Tracing.SampleRatio != 0 || cfg.Tracing.Validate() != nil {
+		t.Errorf("--trace-sample-ratio=0: ratio %v, %v; want 0", cfg.Tracing.SampleRatio, cfg.Tracing.Validate())
+	}
+	if cfg := serveConfig(t, "serve"); cfg.Tracing.SampleRatio != 1 {
+		t.Errorf("default trace sample ratio %v, want 1", cfg.Tracing.SampleRatio)
+	}
+	if err := serveConfig(t, "serve --trace-sample-ratio=1.5").Validate(); err == nil || !strings.Contains(err.Error(), "trace sample ratio must be from 0 to 1") {
+		t.Errorf("--trace-sample-ratio=1.5: %v; want a refusal", err)
+	}
+	cli := parseCLI(t, "serve --max-wait=0s")
+	if _, err := cli.Serve.config(); err == nil || !strings.Contains(err.Error(), "--max-wait must be more than 0s") {
+		t.Errorf("--max-wait=0s: %v; want a refusal naming the flag", err)
+	}
+}

@@ -212,6 +212,7 @@ func DefaultConfig() Config {
 		StoreFaultGrace: 30 * time.Second,
 		ShutdownTimeout: 40 * time.Second,
 		HTTP:            HTTPLimits{HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 32 << 10},
+		Tracing:         tracing.Config{SampleRatio: 1},
 	}
 }
 
@@ -368,6 +369,7 @@ func (c Config) Validate() error {
 	if c.MinFreeSpace < 0 {
 		errs = append(errs, fmt.Errorf("min free space must not be negative, got %d", c.MinFreeSpace))
 	}
+	errs = append(errs, c.Tracing.Validate())
 	return errors.Join(errs...)
 }
 

@@ -15,6 +15,7 @@ package tracing
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -33,8 +34,9 @@ type Config struct {
 	// Endpoint is the OTLP/HTTP endpoint spans are exported to, such as
 	// http://jaeger:4318; empty exports nothing.
 	Endpoint string
-	// SampleRatio is the share of traces started here that are recorded (a
-	// request whose traceparent says sampled is always recorded). Default 1.
+	// SampleRatio is the share of traces started here that are recorded,
+	// from 0 to 1 (a request whose traceparent says sampled is always
+	// recorded, so 0 records only those). Validate refuses other values.
 	SampleRatio float64
 	// Exporter, when set, receives the spans instead of OTLP (tests).
 	Exporter sdktrace.SpanExporter
@@ -49,8 +51,19 @@ type Provider struct {
 	tp *sdktrace.TracerProvider
 }
 
+// Validate reports what is wrong with cfg.
+func (cfg Config) Validate() error {
+	if !(cfg.SampleRatio >= 0 && cfg.SampleRatio <= 1) { // NaN too
+		return fmt.Errorf("trace sample ratio must be from 0 to 1, got %v", cfg.SampleRatio)
+	}
+	return nil
+}
+
 // Start returns the provider of cfg; Shutdown flushes it.
 func Start(ctx context.Context, cfg Config) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	exp := cfg.Exporter
 	if exp == nil && cfg.Endpoint != "" {
 		var err error
@@ -64,11 +77,9 @@ func Start(ctx context.Context, cfg Config) (*Provider, error) {
 	if exp == nil {
 		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	} else {
-		ratio := cfg.SampleRatio
-		if ratio <= 0 || ratio > 1 {
-			ratio = 1
-		}
-		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+		// As given: 0 was taken as 1 once, so --trace-sample-ratio=0
+		// exported every trace instead of none started here.
+		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
 			sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)))
 	}
 	return &Provider{tp: sdktrace.NewTracerProvider(opts...)}, nil

@@ -2,9 +2,12 @@ package tracing_test
 
 import (
 	"context"
+	"math"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderly-dev/orderly/internal/tracing"
@@ -35,3 +38,45 @@ func TestTraceParentIsWhatThePropagatorWrites(t *testing.T) {
 		t.Fatalf("no span: %q", tp)
 	}
 }
+
+// TestSampleRatioIsTakenAsGiven: a ratio of 0 exports none of the traces
+// started here and still every one whose parent was sampled (it was taken
+// as 1, so --trace-sample-ratio=0 exported them all); 1 exports every one;
+// a ratio outside 0 to 1 is refused.
+func TestSampleRatioIsTakenAsGiven(t *testing.T) {
+	sampledParent := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled, Remote: true,
+	}))
+	for _, c := range []struct {
+		ratio float64
+		want  int // spans exported of the two: one started here, one of a sampled parent
+	}{{0, 1}, {1, 2}} {
+		exp := keptSpans{tracetest.NewInMemoryExporter()}
+		p, err := tracing.Start(context.Background(), tracing.Config{SampleRatio: c.ratio, Exporter: exp, Service: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := p.Tracer("test")
+		_, own := tr.Start(context.Background(), "started here")
+		own.End()
+		_, child := tr.Start(sampledParent, "of a sampled parent")
+		child.End()
+		if err := p.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(exp.GetSpans()); got != c.want {
+			t.Errorf("ratio %v: %d spans exported, want %d", c.ratio, got, c.want)
+		}
+	}
+	for _, r := range []float64{-0.1, 1.5, math.NaN()} {
+		if _, err := tracing.Start(context.Background(), tracing.Config{SampleRatio: r, Exporter: tracetest.NewInMemoryExporter()}); err == nil || !strings.Contains(err.Error(), "from 0 to 1") {
+			t.Errorf("ratio %v: %v, want a refusal", r, err)
+		}
+	}
+}
+
+// keptSpans keeps its spans at Shutdown, which the in-memory exporter
+// forgets them at.
+type keptSpans struct{ *tracetest.InMemoryExporter }
+
+func (keptSpans) Shutdown(context.Context) error { return nil }
