@@ -26,15 +26,15 @@ type BenchCmd struct {
 	Async         bool          `name:"async" help:"Send Prefer: respond-async (answer 202 once stored)."`
 	Poll          bool          `name:"poll" help:"Make each connection a client that follows its 202s: it GETs a pending order once the answer's Retry-After has passed (before its next POST) until it sees the order decided, and after the run polls what is still pending (up to --poll-drain). Reports the polls per order and when the clients saw their orders decided."`
 	PollEvery     time.Duration `name:"poll-every" default:"0s" help:"With --poll: poll at this interval whatever Retry-After says (a client that ignores it); 0: honour Retry-After."`
-	PollDrain     time.Duration `name:"poll-drain" default:"60s" help:"With --poll: how long to go on polling after the run."`
+	PollDrain     time.Duration `name:"poll-drain" default:"60s" positive:"" help:"With --poll: how long to go on polling after the run."`
 	ReplayKeys    int           `name:"replay-keys" default:"2000" help:"Orders created before the run for the replays."`
 	Token         string        `name:"token" env:"ORDERLY_BENCH_TOKEN" help:"Bearer token, when the API has tokens configured."`
 	JSON          bool          `name:"json" help:"Print the results as JSON on stdout (progress still goes to stderr)."`
-	ProgressEvery time.Duration `name:"progress-every" default:"5s" help:"Where stderr is not a terminal: write a progress line this often, with the rate and the p99 of the requests since the line before (below 1s the lines give the time to a hundredth of a second: 250ms shows when a stall, such as a collection of a large heap, happens). At least 10ms."`
+	ProgressEvery time.Duration `name:"progress-every" default:"5s" positive:"" help:"Where stderr is not a terminal: write a progress line this often, with the rate and the p99 of the requests since the line before (below 1s the lines give the time to a hundredth of a second: 250ms shows when a stall, such as a collection of a large heap, happens). At least 10ms."`
 	Baseline      bool          `name:"baseline" help:"Also measure, in the same run, the ceiling (a bare gin handler in this binary doing the same HTTP and JSON work without NATS) and the raw JetStream synchronous publish rate on --nats-url, and print orderly's figures as ratios of them."`
 	ToolNATS
 	Waiters int           `name:"waiters" help:"Instead of load: hold this many long polls (GET ?wait=) on one pending order and report what they cost the server (memory, goroutines) from its /metrics. Run the server with --roles api,projector so the order stays pending."`
-	Hold    time.Duration `name:"hold" default:"30s" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait)."`
+	Hold    time.Duration `name:"hold" default:"30s" positive:"" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait)."`
 	Rounds  int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy); warns when the ceiling's rounds are 20% or more apart."`
 }
 

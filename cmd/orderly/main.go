@@ -111,7 +111,8 @@ func main() {
 
 // nonNegativeDurations refuses a negative value for every duration flag and
 // variable: none of orderly's means anything by one, and some took it
-// silently as 0 (events tail --since=-5m printed every stored event).
+// silently as 0 (events tail --since=-5m printed every stored event). A flag
+// tagged positive:"" refuses 0 too.
 func nonNegativeDurations() kong.Option {
 	return kong.TypeMapper(reflect.TypeFor[time.Duration](), kong.MapperFunc(func(ctx *kong.DecodeContext, target reflect.Value) error {
 		t, err := ctx.Scan.PopValue("duration")
@@ -128,6 +129,10 @@ func nonNegativeDurations() kong.Option {
 			return fmt.Errorf("expected a duration such as 30s but got %q", v)
 		case d < 0:
 			return fmt.Errorf("%s is negative: give 0 or more", v)
+		case d == 0 && ctx.Value.Tag != nil && ctx.Value.Tag.Has("positive"):
+			// A flag whose 0 would mean nothing, or, to the configuration
+			// below it, its default (--nats-timeout=0s was 10s).
+			return fmt.Errorf("%s: give more than 0", v)
 		}
 		target.SetInt(int64(d))
 		return nil
@@ -189,7 +194,7 @@ func buildVersion() (v, c string) {
 // HealthcheckCmd is orderly healthcheck.
 type HealthcheckCmd struct {
 	URL     string        `name:"url" env:"ORDERLY_HEALTHCHECK_URL" default:"http://127.0.0.1:8080/readyz" help:"What to probe: /readyz (ready to work) or /healthz (alive)."`
-	Timeout time.Duration `name:"timeout" default:"3s" help:"How long to wait for the answer."`
+	Timeout time.Duration `name:"timeout" default:"3s" positive:"" help:"How long to wait for the answer."`
 }
 
 // Validate refuses a URL that is not one of HTTP, before any probe.

@@ -64,14 +64,21 @@ func TestServeRunsNoProjectorByDefault(t *testing.T) {
 func parseCLI(t *testing.T, args string) CLI {
 	t.Helper()
 	var cli CLI
-	parser, err := kong.New(&cli, kong.Name("orderly"), kong.Exit(func(int) { t.Fatalf("%s: exit", args) }), kong.Writers(io.Discard, io.Discard))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := parser.Parse(strings.Fields(args)); err != nil {
+	if err := parseInto(t, &cli, args); err != nil {
 		t.Fatalf("%s: %v", args, err)
 	}
 	return cli
+}
+
+// parseInto parses args into cli as main does (its duration mapper too).
+func parseInto(t *testing.T, cli *CLI, args string) error {
+	t.Helper()
+	parser, err := kong.New(cli, kong.Name("orderly"), kong.Exit(func(int) { t.Fatalf("%s: exit", args) }), kong.Writers(io.Discard, io.Discard), nonNegativeDurations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = parser.Parse(strings.Fields(args))
+	return err
 }
 
 // serveConfig is the server configuration of the serve command line args.
@@ -356,7 +363,9 @@ func TestHTTPLimitsAreSizes(t *testing.T) {
 // TestZeroIsNotTakenAsADefault: a flag given 0 where the configuration
 // below takes 0 as its default is refused, or kept as 0 where 0 means
 // something (--trace-sample-ratio=0 exported every trace: it was taken as
-// 1; --max-wait=0s was taken as 30s).
+// 1; --max-wait=0s was taken as 30s, --nats-timeout=0s as 10s, bench
+// --poll-drain=0s as 60s, --progress-every=0s as the library's default; healthcheck
+// --timeout=0s always failed).
 func TestZeroIsNotTakenAsADefault(t *testing.T) {
 	t.Parallel()
 	if cfg := serveConfig(t, "serve --trace-sample-ratio=0"); cfg.Tracing.SampleRatio != 0 || cfg.Tracing.Validate() != nil {
@@ -368,8 +377,21 @@ func TestZeroIsNotTakenAsADefault(t *testing.T) {
 	if err := serveConfig(t, "serve --trace-sample-ratio=1.5").Validate(); err == nil || !strings.Contains(err.Error(), "trace sample ratio must be from 0 to 1") {
 		t.Errorf("--trace-sample-ratio=1.5: %v; want a refusal", err)
 	}
-	cli := parseCLI(t, "serve --max-wait=0s")
-	if _, err := cli.Serve.config(); err == nil || !strings.Contains(err.Error(), "--max-wait must be more than 0s") {
-		t.Errorf("--max-wait=0s: %v; want a refusal naming the flag", err)
+	for _, args := range []string{
+		"serve --max-wait=0s", "serve --nats-timeout=0s", "api --nats-timeout=0", "processor --nats-timeout=0s",
+		"healthcheck --timeout=0s", "bench --hold=0s", "bench --poll-drain=0s", "bench --progress-every=0s",
+	} {
+		flag := strings.SplitN(strings.Fields(args)[1], "=", 2)[0]
+		var cli CLI
+		if err := parseInto(t, &cli, args); err == nil || !strings.Contains(err.Error(), flag) || !strings.Contains(err.Error(), "give more than 0") {
+			t.Errorf("%s: %v; want a refusal naming the flag", args, err)
+		}
+	}
+	// 0 where it means something stays accepted.
+	for _, args := range []string{"serve --wait=0s", "dlq replay --all --wait=0s", "bench --warmup=0s", "serve --decision-lag=0s"} {
+		var cli CLI
+		if err := parseInto(t, &cli, args); err != nil {
+			t.Errorf("%s: %v", args, err)
+		}
 	}
 }
