@@ -902,6 +902,24 @@ func TestMemoryAvailableIsExposed(t *testing.T) {
 	}
 }
 
+// TestSetupRefusesABadTopologyBeforeConnecting: orderly setup
+// --dedup-window=0s against a NATS that does not answer said only that it
+// could not connect, after its startup timeout; the topology is checked
+// first.
+func TestSetupRefusesABadTopologyBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	topo := jsstore.DefaultTopology()
+	topo.DedupWindow = 0
+	begin := time.Now()
+	err := server.Setup(context.Background(), server.SetupConfig{
+		Connect:  jsstore.ConnectConfig{URL: "nats://127.0.0.1:" + strconv.Itoa(orderlytest.FreePort(t))},
+		Topology: topo, StartupTimeout: 30 * time.Second,
+	}, orderlytest.Logger())
+	if took := time.Since(begin); err == nil || !strings.Contains(err.Error(), "dedup window must be at least 100ms") || took > 5*time.Second {
+		t.Fatalf("setup with a dedup window of 0: %v, after %s", err, took)
+	}
+}
+
 // TestWrongUserFailsAtOnce: NATS refuses a request its user may not make by
 // an error on the connection only, and the request times out. So orderly
 // setup with a role's credentials, and a role started with another role's

@@ -31,6 +31,11 @@ func Setup(ctx context.Context, cfg SetupConfig, logger *slog.Logger) error {
 	if cfg.Connect.Name == "" {
 		cfg.Connect.Name = "setup"
 	}
+	// Before connecting: a topology that would be refused was found out
+	// only once NATS answered, after up to the startup timeout without it.
+	if err := cfg.Topology.Validate(); err != nil {
+		return fmt.Errorf("invalid topology: %w", err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()
 	nc, err := jsstore.Connect(cctx, cfg.Connect, logger)
