@@ -188,7 +188,7 @@ func (c *EventsConsumerRemoveCmd) Run(g *globals) error {
 type EventsTailCmd struct {
 	ToolNATS
 	Type   string        `name:"type" default:"all" enum:"all,created,rejected" help:"Which events: created, rejected or all."`
-	Since  time.Duration `name:"since" xor:"start" placeholder:"DURATION" help:"Only events of the last DURATION, such as 1h (default: every stored event)."`
+	Since  time.Duration `name:"since" xor:"start" placeholder:"DURATION" positive:"" help:"Only events of the last DURATION, such as 1h (default: every stored event)."`
 	Last   *int          `name:"last" short:"n" xor:"start" placeholder:"N" help:"Only the last N matching events (then, with --follow, the new ones); 0 with --follow prints only new events."`
 	Follow bool          `name:"follow" short:"f" help:"Keep printing new events until interrupted."`
 	JSON   bool          `name:"json" help:"Print each event as stored (CloudEvents JSON), one per line (compacted, with characters that could control a terminal escaped)."`

@@ -365,7 +365,8 @@ func TestHTTPLimitsAreSizes(t *testing.T) {
 // something (--trace-sample-ratio=0 exported every trace: it was taken as
 // 1; --max-wait=0s was taken as 30s, --nats-timeout=0s as 10s, bench
 // --poll-drain=0s as 60s, --progress-every=0s as the library's default; healthcheck
-// --timeout=0s always failed).
+// --timeout=0s always failed; events tail --since=0s printed every stored
+// event).
 func TestZeroIsNotTakenAsADefault(t *testing.T) {
 	t.Parallel()
 	if cfg := serveConfig(t, "serve --trace-sample-ratio=0"); cfg.Tracing.SampleRatio != 0 || cfg.Tracing.Validate() != nil {
@@ -380,8 +381,10 @@ func TestZeroIsNotTakenAsADefault(t *testing.T) {
 	for _, args := range []string{
 		"serve --max-wait=0s", "serve --nats-timeout=0s", "api --nats-timeout=0", "processor --nats-timeout=0s",
 		"healthcheck --timeout=0s", "bench --hold=0s", "bench --poll-drain=0s", "bench --progress-every=0s",
+		"events tail --since=0s",
 	} {
-		flag := strings.SplitN(strings.Fields(args)[1], "=", 2)[0]
+		fields := strings.Fields(args)
+		flag, _, _ := strings.Cut(fields[len(fields)-1], "=")
 		var cli CLI
 		if err := parseInto(t, &cli, args); err == nil || !strings.Contains(err.Error(), flag) || !strings.Contains(err.Error(), "give more than 0") {
 			t.Errorf("%s: %v; want a refusal naming the flag", args, err)
