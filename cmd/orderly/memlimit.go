@@ -94,8 +94,16 @@ func applyMemoryLimit(flag string, share float64, cgroup memlimit.Provider, refr
 	if err != nil {
 		return 0, "", fmt.Errorf("--memory-limit %q: want auto, off or a size such as 512MiB", flag)
 	}
+	if n < minMemoryLimit {
+		return 0, "", fmt.Errorf("--memory-limit %s: below %s, which orderly does not work in (idle it holds about 5 MiB of heap and 60 MiB of RSS; under a soft limit that low the garbage collector runs without pause, and orderly serves at a fraction of its rate)", flag, humanize.IBytes(minMemoryLimit))
+	}
 	return setMemoryLimit(part(n)), "--memory-limit", nil
 }
+
+// minMemoryLimit is the least --memory-limit taken. --memory-limit=1B was:
+// orderly bench -d 5s against it made 1,682 req/s at a p99 of 74.6 ms,
+// against 4,282 req/s and 37.3 ms without a limit (2026-12-07).
+const minMemoryLimit = 64 << 20
 
 func setMemoryLimit(n int64) int64 {
 	debug.SetMemoryLimit(n)

@@ -68,6 +68,14 @@ func TestMemoryLimit(t *testing.T) {
 	if _, _, err := applyMemoryLimit("lots", 1, nil, nil, logger); err == nil || !strings.Contains(err.Error(), "--memory-limit") {
 		t.Errorf("an unreadable size: %v", err)
 	}
+	for _, tiny := range []string{"1B", "10MiB", "67108863"} {
+		if _, _, err := applyMemoryLimit(tiny, 1, nil, nil, logger); err == nil || !strings.Contains(err.Error(), "below 64 MiB") {
+			t.Errorf("--memory-limit %s: %v, want a refusal", tiny, err)
+		}
+	}
+	if got, _, err := applyMemoryLimit("64MiB", 1, nil, nil, logger); err != nil || got != 64<<20 {
+		t.Errorf("--memory-limit 64MiB: %d, %v", got, err)
+	}
 
 	// GOMEMLIMIT is the operator's: auto leaves the limit it set alone.
 	t.Setenv("GOMEMLIMIT", "2GiB")
