@@ -81,6 +81,7 @@ func main() {
 		kong.ShortUsageOnError(), // the usage line and where the help is, not all of it
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		nonNegativeDurations(),
+		logLevels(),
 		kong.Vars{"version": versionLine()},
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -135,6 +136,23 @@ func nonNegativeDurations() kong.Option {
 			return fmt.Errorf("%s: give more than 0", v)
 		}
 		target.SetInt(int64(d))
+		return nil
+	}))
+}
+
+// logLevels reads --log-level as slog does (debug, INFO, warn+2), and says
+// which levels there are when it cannot (slog says "unknown name").
+func logLevels() kong.Option {
+	return kong.TypeMapper(reflect.TypeFor[slog.Level](), kong.MapperFunc(func(ctx *kong.DecodeContext, target reflect.Value) error {
+		var s string
+		if err := ctx.Scan.PopValueInto("level", &s); err != nil {
+			return err
+		}
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(s)); err != nil {
+			return fmt.Errorf("%q: want debug, info, warn or error", s)
+		}
+		target.Set(reflect.ValueOf(l))
 		return nil
 	}))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -73,7 +74,7 @@ func parseCLI(t *testing.T, args string) CLI {
 // parseInto parses args into cli as main does (its duration mapper too).
 func parseInto(t *testing.T, cli *CLI, args string) error {
 	t.Helper()
-	parser, err := kong.New(cli, kong.Name("orderly"), kong.Exit(func(int) { t.Fatalf("%s: exit", args) }), kong.Writers(io.Discard, io.Discard), nonNegativeDurations())
+	parser, err := kong.New(cli, kong.Name("orderly"), kong.Exit(func(int) { t.Fatalf("%s: exit", args) }), kong.Writers(io.Discard, io.Discard), nonNegativeDurations(), logLevels())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,5 +397,20 @@ func TestZeroIsNotTakenAsADefault(t *testing.T) {
 		if err := parseInto(t, &cli, args); err != nil {
 			t.Errorf("%s: %v", args, err)
 		}
+	}
+}
+
+// TestLogLevels: --log-level takes slog's names in any case, and a name it
+// does not know is told the four there are (slog said "unknown name").
+func TestLogLevels(t *testing.T) {
+	t.Parallel()
+	for args, want := range map[string]slog.Level{"version": slog.LevelInfo, "--log-level=DEBUG version": slog.LevelDebug, "--log-level=warn version": slog.LevelWarn} {
+		if cli := parseCLI(t, args); cli.LogLevel != want {
+			t.Errorf("%s: %v, want %v", args, cli.LogLevel, want)
+		}
+	}
+	var cli CLI
+	if err := parseInto(t, &cli, "--log-level=verbose version"); err == nil || !strings.Contains(err.Error(), `--log-level: "verbose": want debug, info, warn or error`) {
+		t.Errorf("--log-level=verbose: %v", err)
 	}
 }
