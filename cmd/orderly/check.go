@@ -98,6 +98,9 @@ func parseWeights(s string) (map[check.Scenario]int, error) {
 		if !ok || err != nil || n < 0 || !known {
 			return nil, fmt.Errorf("mix %q: want scenario:weight pairs; scenarios: %v", s, check.Scenarios)
 		}
+		if _, twice := out[check.Scenario(name)]; twice {
+			return nil, fmt.Errorf("mix %q: %s is given more than once", s, name)
+		}
 		out[check.Scenario(name)] = n
 	}
 	return out, nil

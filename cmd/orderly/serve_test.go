@@ -414,3 +414,15 @@ func TestLogLevels(t *testing.T) {
 		t.Errorf("--log-level=verbose: %v", err)
 	}
 }
+
+// TestCheckMixRefusesAScenarioTwice: check --mix took a scenario given
+// twice at its last weight.
+func TestCheckMixRefusesAScenarioTwice(t *testing.T) {
+	t.Parallel()
+	if w, err := parseWeights("sync:3,async:1"); err != nil || w["sync"] != 3 || w["async"] != 1 {
+		t.Errorf("sync:3,async:1: %v %v", w, err)
+	}
+	if _, err := parseWeights("sync:3,async:1,sync:0"); err == nil || !strings.Contains(err.Error(), "sync is given more than once") {
+		t.Errorf("sync given twice: %v", err)
+	}
+}

@@ -40,18 +40,26 @@ type Mix struct {
 // ParseMix parses "new:80,replay:15,dup:5". Missing kinds are 0; the sum must be 100.
 func ParseMix(s string) (Mix, error) {
 	var m Mix
+	seen := map[string]bool{}
 	for _, part := range strings.Split(s, ",") {
 		name, v, ok := strings.Cut(strings.TrimSpace(part), ":")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
 			return m, fmt.Errorf("mix %q: want kind:percent pairs such as new:80,replay:20", s)
 		}
+		if name == "duplicate" {
+			name = "dup"
+		}
+		if seen[name] { // the last would count, and the sum be told wrong
+			return m, fmt.Errorf("mix %q: %s is given more than once", s, name)
+		}
+		seen[name] = true
 		switch name {
 		case "new":
 			m.New = n
 		case "replay":
 			m.Replay = n
-		case "dup", "duplicate":
+		case "dup":
 			m.Duplicate = n
 		default:
 			return m, fmt.Errorf("mix %q: unknown kind %q (new, replay, dup)", s, name)

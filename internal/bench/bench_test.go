@@ -29,9 +29,19 @@ func TestParseMix(t *testing.T) {
 	if err != nil || m != (bench.Mix{New: 70, Replay: 20, Duplicate: 10}) {
 		t.Fatalf("%+v %v", m, err)
 	}
+	if m, err := bench.ParseMix("new:90,duplicate:10"); err != nil || m != (bench.Mix{New: 90, Duplicate: 10}) {
+		t.Errorf("duplicate:10: %+v %v", m, err)
+	}
 	for _, bad := range []string{"new:50", "new:100,old:0", "new:x", "new:-1,replay:101"} {
 		if _, err := bench.ParseMix(bad); err == nil {
 			t.Errorf("ParseMix(%q) accepted", bad)
+		}
+	}
+	// A kind given twice was taken at its last value, and the sum told
+	// wrong ("new:100,new:0": "add up to 0").
+	for _, twice := range []string{"new:100,new:0", "new:50,dup:25,duplicate:25"} {
+		if _, err := bench.ParseMix(twice); err == nil || !strings.Contains(err.Error(), "given more than once") {
+			t.Errorf("ParseMix(%q): %v, want a refusal naming the kind given twice", twice, err)
 		}
 	}
 }

@@ -109,6 +109,13 @@ func (c Config) Validate() error {
 	if c.Settle <= 0 || c.RequestTimeout <= 0 {
 		errs = append(errs, errors.New("settle and request timeout must be positive"))
 	}
+	total := 0
+	for _, s := range Scenarios {
+		total += max(c.Weights[s], 0)
+	}
+	if len(c.Weights) > 0 && total == 0 { // it panicked picking a scenario
+		errs = append(errs, fmt.Errorf("the weights of the scenarios add up to 0: give at least one of %v a weight above 0", Scenarios))
+	}
 	for s, w := range c.Weights {
 		if w < 0 {
 			errs = append(errs, fmt.Errorf("weight of %s is negative", s))

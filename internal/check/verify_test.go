@@ -129,3 +129,24 @@ func TestAnswersAreBounded(t *testing.T) {
 		t.Fatalf("reading the answer allocated %d MiB", alloc>>20)
 	}
 }
+
+// TestWeightsOfZeroAreRefused: a mix whose weights add up to 0 (check
+// --mix=sync:0) panicked in the first client picking a scenario; it is
+// refused with the configuration.
+func TestWeightsOfZeroAreRefused(t *testing.T) {
+	t.Parallel()
+	cfg := Config{URLs: []string{"http://127.0.0.1:1"}, NATSURL: "nats://127.0.0.1:1", Clients: 1, Orders: 1, Settle: time.Second, RequestTimeout: time.Second}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("no weights (all equal): %v", err)
+	}
+	for _, w := range []map[Scenario]int{{Sync: 0}, {Sync: 0, Async: 0}, {"nonesuch": 5}} {
+		cfg.Weights = w
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "add up to 0") {
+			t.Errorf("weights %v: %v, want a refusal", w, err)
+		}
+	}
+	cfg.Weights = map[Scenario]int{Sync: 0, Async: 1}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("sync:0,async:1: %v", err)
+	}
+}
