@@ -38,6 +38,33 @@ type BenchCmd struct {
 	Rounds  int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy); warns when the ceiling's rounds are 20% or more apart."`
 }
 
+// Validate refuses flags that the other flags given make meaningless: they
+// were ignored without a word (--rounds 3 without --baseline measured once).
+func (c *BenchCmd) Validate() error {
+	var errs []error
+	if c.Rounds > 1 && !c.Baseline {
+		errs = append(errs, errors.New("--rounds needs --baseline: it alternates orderly's rounds with the ceiling's"))
+	}
+	if c.PollEvery > 0 && !c.Poll {
+		errs = append(errs, errors.New("--poll-every needs --poll"))
+	}
+	if c.Waiters > 0 {
+		var load []string
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"--baseline", c.Baseline}, {"--async", c.Async}, {"--poll", c.Poll}, {"--requests", c.Requests > 0}, {"--rounds", c.Rounds > 1}} {
+			if f.set {
+				load = append(load, f.name)
+			}
+		}
+		if len(load) > 0 {
+			errs = append(errs, fmt.Errorf("--waiters holds long polls instead of a load: not with %s", strings.Join(load, ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Run runs the benchmark.
 func (c *BenchCmd) Run(g *globals) error {
 	if c.Waiters < 0 || c.Rounds < 1 {

@@ -426,3 +426,23 @@ func TestCheckMixRefusesAScenarioTwice(t *testing.T) {
 		t.Errorf("sync given twice: %v", err)
 	}
 }
+
+// TestBenchRefusesFlagsItWouldIgnore: bench --rounds 3 without --baseline
+// measured once, --poll-every without --poll and --waiters with a load's
+// flags were ignored without a word.
+func TestBenchRefusesFlagsItWouldIgnore(t *testing.T) {
+	t.Parallel()
+	for args, want := range map[string]string{
+		"bench --rounds=3":                          "--rounds needs --baseline",
+		"bench --poll-every=1s":                     "--poll-every needs --poll",
+		"bench --waiters=5 --baseline --requests=9": "not with --baseline, --requests",
+	} {
+		var cli CLI
+		if err := parseInto(t, &cli, args); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", args, err, want)
+		}
+	}
+	for _, args := range []string{"bench --rounds=3 --baseline", "bench --poll --poll-every=1s", "bench --waiters=5 --hold=10s"} {
+		parseCLI(t, args)
+	}
+}

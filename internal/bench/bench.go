@@ -176,7 +176,8 @@ type Result struct {
 	Kinds     map[string]int `json:"kinds,omitempty"`
 	FirstErr  string         `json:"first_error,omitempty"`
 	// ServerCPUPerRequest is the CPU the target process spent per request, in
-	// microseconds (from its process_cpu_seconds_total; 0 when it has none).
+	// microseconds (from its process_cpu_seconds_total; 0 when it has none,
+	// or spent too little to tell: cpuPerRequest).
 	// Steadier than throughput on a shared machine, and it counts the work done
 	// in the background (processing) during the run too.
 	ServerCPUPerRequest float64 `json:"server_cpu_us_per_request,omitempty"`
@@ -298,10 +299,23 @@ func Run(ctx context.Context, name string, cfg Config) (Result, error) {
 	cpu0 := r.serverCPU(ctx)
 	res := r.load(lctx, cfg.Requests, cfg.Progress, true)
 	res.Name = name
-	if cpu1 := r.serverCPU(ctx); cpu0 > 0 && cpu1 > cpu0 && res.Requests > 0 {
-		res.ServerCPUPerRequest = (cpu1 - cpu0) / float64(res.Requests) * 1e6
-	}
+	res.ServerCPUPerRequest = cpuPerRequest(cpu0, r.serverCPU(ctx), res.Requests)
 	return res, nil
+}
+
+// minCPUSample is the least CPU time a run's figure per request is made
+// from: process_cpu_seconds_total counts in clock ticks (10 ms on Linux),
+// so a run of one request was said to cost 10,000 µs of server CPU.
+const minCPUSample = 0.2 // seconds: a tick is 5% of it
+
+// cpuPerRequest is the server CPU per request, in microseconds, between
+// two readings of process_cpu_seconds_total; 0 (shown as "-") when either
+// is missing or they are too close to tell.
+func cpuPerRequest(cpu0, cpu1 float64, requests int) float64 {
+	if cpu0 <= 0 || cpu1-cpu0 < minCPUSample || requests <= 0 {
+		return 0
+	}
+	return (cpu1 - cpu0) / float64(requests) * 1e6
 }
 
 // serverCPU reads the target's process_cpu_seconds_total; 0 if it has none.

@@ -81,13 +81,13 @@ func TestRunAgainstOrderly(t *testing.T) {
 	t.Parallel()
 	inst := orderlytest.Start(t, orderlytest.Config(t))
 	res, err := bench.Run(context.Background(), "t", bench.Config{
-		URL: inst.URL, Connections: 4, Requests: 300, PayloadSize: 500, ReplayKeys: 20,
+		URL: inst.URL, Connections: 4, Requests: 1500, PayloadSize: 500, ReplayKeys: 20, // enough CPU for a figure (minCPUSample)
 		Mix: bench.Mix{New: 50, Replay: 30, Duplicate: 20},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Requests != 300 || res.Errors != 0 || res.Status["201"]+res.Status["409"] != 300 || res.Kinds["replay"] == 0 || res.Kinds["dup"] == 0 {
+	if res.Requests != 1500 || res.Errors != 0 || res.Status["201"]+res.Status["409"] != 1500 || res.Kinds["replay"] == 0 || res.Kinds["dup"] == 0 {
 		t.Fatalf("%+v", res)
 	}
 	if res.ServerCPUPerRequest <= 0 {

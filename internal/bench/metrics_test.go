@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -121,5 +122,27 @@ func TestPollAnswersAreBounded(t *testing.T) {
 	status, _, body, err := r.get(context.Background(), "/v1/orders/ord_1")
 	if status != http.StatusOK || body != nil || err == nil || err.Error() != "more than 1048576 bytes" {
 		t.Fatalf("an answer of %d bytes: status %d, %d bytes, %v", maxAnswer+1, status, len(body), err)
+	}
+}
+
+// TestCPUPerRequestNeedsEnoughCPU: the counter moves in clock ticks, so a
+// run of one request was said to cost 10,000 µs (one tick); a figure is
+// made from a fifth of a second of CPU or more only.
+func TestCPUPerRequestNeedsEnoughCPU(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cpu0, cpu1 float64
+		requests   int
+		want       float64
+	}{
+		{2.5, 2.51, 1, 0},      // one tick
+		{2.5, 2.69, 1000, 0},   // under a fifth of a second
+		{2.5, 3.5, 10000, 100}, // 1 s for 10,000
+		{0, 3.5, 10000, 0},     // no first reading
+		{2.5, 3.5, 0, 0},
+	} {
+		if got := cpuPerRequest(c.cpu0, c.cpu1, c.requests); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("cpuPerRequest(%v, %v, %d) = %v, want %v", c.cpu0, c.cpu1, c.requests, got, c.want)
+		}
 	}
 }
