@@ -97,7 +97,15 @@ func main() {
 	toolConns.Lock()
 	toolConns.stop = denied
 	toolConns.Unlock()
-	err := kctx.Run(&globals{ctx: ctx, logger: newLogger(cli.LogLevel, cli.LogFormat)})
+	logger := newLogger(cli.LogLevel, cli.LogFormat)
+	for _, u := range unknownEnvs(kctx.Model, os.Environ()) {
+		attrs := []any{"name", u.Name}
+		if u.Closest != "" {
+			attrs = append(attrs, "did_you_mean", u.Closest)
+		}
+		logger.Warn("environment variable read by no flag of orderly: ignored (each command's --help names the variables it reads)", attrs...)
+	}
+	err := kctx.Run(&globals{ctx: ctx, logger: logger})
 	if cause := context.Cause(ctx); err == nil && errors.Is(cause, nats.ErrPermissionViolation) {
 		// A command that takes the end of its context for an interrupt
 		// (events tail) returns nil when a violation ended it.

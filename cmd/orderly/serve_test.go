@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -444,5 +445,28 @@ func TestBenchRefusesFlagsItWouldIgnore(t *testing.T) {
 	}
 	for _, args := range []string{"bench --rounds=3 --baseline", "bench --poll --poll-every=1s", "bench --waiters=5 --hold=10s"} {
 		parseCLI(t, args)
+	}
+}
+
+// TestUnknownEnvironmentVariables: an ORDERLY_ variable no flag of any
+// command reads (misspelt: ORDERLY_BODYLIMIT) was ignored without a word;
+// it is named, with the variable it is closest to. One another command
+// reads, the tests' and the scripts' are not.
+func TestUnknownEnvironmentVariables(t *testing.T) {
+	t.Parallel()
+	var cli CLI
+	parser, err := kong.New(&cli, kong.Name("orderly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := unknownEnvs(parser.Model, []string{
+		"PATH=/bin", "ORDERLY_BODYLIMIT=1", "ORDERLY_NATSURL=nats://x", "ORDERLY_FROBNICATE=1",
+		"ORDERLY_BODY_LIMIT=64KiB", "ORDERLY_BENCH_URL=http://x", "ORDERLY_CHECK_TOKEN=t", "ORDERLY_CREDENTIALS_DIR=d",
+		"ORDERLY_TEST_ORDER_IDS=nonce", "ORDERLY_HTTP_FUZZ_TIME=1s", "ORDERLY_BIN=/tmp/o", "ORDERLY_NATS_SERVER_CHILD=1",
+		"ORDERLY_=x", "orderly_body_limit=1",
+	})
+	want := []unknownEnv{{"ORDERLY_BODYLIMIT", "ORDERLY_BODY_LIMIT"}, {"ORDERLY_NATSURL", "ORDERLY_NATS_URL"}, {"ORDERLY_FROBNICATE", ""}, {"ORDERLY_", ""}}
+	if !slices.Equal(got, want) {
+		t.Errorf("unknown variables %v, want %v", got, want)
 	}
 }
