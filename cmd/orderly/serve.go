@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 
@@ -272,7 +275,7 @@ func readMetricsToken(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--metrics-token-file: %w", err)
 	}
-	fields := strings.Fields(string(b))
+	fields := strings.Fields(string(bytes.TrimPrefix(b, []byte(byteOrderMark)))) // as in the tokens file
 	switch {
 	case len(fields) != 1:
 		return "", fmt.Errorf("--metrics-token-file %s: want one token, found %d words", path, len(fields))
@@ -478,9 +481,37 @@ func readTokens(path string) (map[string]string, error) {
 	return parseTokens(path, b)
 }
 
+// byteOrderMark starts some files written on Windows; it is not part of
+// their first word.
+const byteOrderMark = "\ufeff"
+
+// maxTenantLen bounds a tenant's name in bytes: it is stored with every
+// command and event of the tenant's orders.
+const maxTenantLen = 128
+
+// printableTenant reports whether a tokens file's tenant is valid UTF-8 of
+// printable characters only (no control or invisible format characters),
+// at most maxTenantLen bytes. It is not as strict as tokens add, which
+// tenants of existing files may not meet.
+func printableTenant(t string) bool {
+	if len(t) > maxTenantLen || !utf8.ValidString(t) {
+		return false
+	}
+	for _, r := range t {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // parseTokens parses the tokens file read from path (named in errors).
 func parseTokens(path string, b []byte) (map[string]string, error) {
 	tokens := make(map[string]string)
+	// A byte order mark, which editors on Windows write, made the first
+	// tenant another one ("\ufefft1"), whose keys keys get --tenant t1
+	// did not find.
+	b = bytes.TrimPrefix(b, []byte(byteOrderMark))
 	for n, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -489,6 +520,9 @@ func parseTokens(path string, b []byte) (map[string]string, error) {
 		fields := strings.Fields(line)
 		if len(fields) != 2 {
 			return nil, fmt.Errorf("tokens file %s line %d: want 'tenant token'", path, n+1)
+		}
+		if !printableTenant(fields[0]) {
+			return nil, fmt.Errorf("tokens file %s line %d: tenant %q: use up to %d printable characters (orderly tokens add takes letters, digits, '.', '_' and '-')", path, n+1, fields[0], maxTenantLen)
 		}
 		if len(fields[1]) < MinTokenLength {
 			return nil, fmt.Errorf("tokens file %s line %d: the token of tenant %s has %d characters, fewer than %d, and could be guessed: use a random one (orderly tokens add %s --tokens-file %s adds one)", path, n+1, fields[0], len(fields[1]), MinTokenLength, fields[0], path)

@@ -149,6 +149,11 @@ func TestMetricsTokenFile(t *testing.T) {
 	if cfg, err := cli.Processor.RunFlags.config(server.Roles{Processor: true}); err != nil || cfg.Ops.MetricsToken != "s3cret-metrics-0123456789" {
 		t.Errorf("token %q, %v", cfg.Ops.MetricsToken, err)
 	}
+	// A byte order mark (editors on Windows) is not part of the token: it
+	// was, and every scrape was refused.
+	if tok, err := readMetricsToken(write("\ufeffs3cret-metrics-0123456789\r\n")); err != nil || tok != "s3cret-metrics-0123456789" {
+		t.Errorf("with a byte order mark: %q, %v", tok, err)
+	}
 	for content, want := range map[string]string{
 		"s3cret-short\n":                   "fewer than 16",
 		"s3cret-metrics-0123 s3cret-other": "found 2 words",
@@ -178,12 +183,23 @@ func TestTokensFile(t *testing.T) {
 	if want := map[string]string{"3f9c2d7e8b1a4c6d0e5f": "tenant-a", "Zm9vYmFyYmF6cXV4cXV1eA": "tenant-b"}; !maps.Equal(got, want) {
 		t.Fatalf("tokens %v, want %v", got, want)
 	}
+	// A byte order mark (editors on Windows) and CRLF line ends are not
+	// part of the tenants and tokens; a tenant that tokens add would not
+	// make but that is printable stays as it is.
+	got, err = readTokens(write("\ufefft1 3f9c2d7e8b1a4c6d0e5f\r\nacme:prod Zm9vYmFyYmF6cXV4cXV1eA\r\n"))
+	if want := map[string]string{"3f9c2d7e8b1a4c6d0e5f": "t1", "Zm9vYmFyYmF6cXV4cXV1eA": "acme:prod"}; err != nil || !maps.Equal(got, want) {
+		t.Errorf("with a byte order mark and CRLF: %q, %v; want %v", got, err, want)
+	}
 	for content, want := range map[string]string{
 		"tenant-a 3f9c2d7e8b1a4c6d0e5f\ntenant-b guessable-tok\n": "line 2: the token of tenant tenant-b has 13 characters, fewer than 16",
-		"tenant-a\n":                                       "line 1: want 'tenant token'",
-		"tenant-a 3f9c2d7e8b1a4c6d0e5f extra\n":            "line 1: want 'tenant token'",
-		"a 3f9c2d7e8b1a4c6d0e5f\nb 3f9c2d7e8b1a4c6d0e5f\n": "line 2: token already used by tenant a",
-		"# nobody yet\n":                                   "holds no tokens",
+		"tenant-a\n":                                         "line 1: want 'tenant token'",
+		"tenant-a 3f9c2d7e8b1a4c6d0e5f extra\n":              "line 1: want 'tenant token'",
+		"a 3f9c2d7e8b1a4c6d0e5f\nb 3f9c2d7e8b1a4c6d0e5f\n":   "line 2: token already used by tenant a",
+		"# nobody yet\n":                                     "holds no tokens",
+		"t\x1b[31m 3f9c2d7e8b1a4c6d0e5f\n":                   `line 1: tenant "t\x1b[31m": use up to 128 printable characters`,
+		"t\u200b1 3f9c2d7e8b1a4c6d0e5f\n":                    "line 1: tenant", // a zero-width space
+		"a\xff 3f9c2d7e8b1a4c6d0e5f\n":                       "line 1: tenant",
+		strings.Repeat("t", 129) + " 3f9c2d7e8b1a4c6d0e5f\n": "printable characters",
 	} {
 		_, err := readTokens(write(content))
 		if err == nil || !strings.Contains(err.Error(), want) {
