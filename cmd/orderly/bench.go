@@ -20,7 +20,7 @@ type BenchCmd struct {
 	Connections   int           `name:"connections" short:"c" default:"64" help:"Concurrent connections, one request in flight each."`
 	Duration      time.Duration `name:"duration" short:"d" default:"10s" help:"Length of the measured run (0 with --requests: until that many)."`
 	Requests      int           `name:"requests" short:"n" default:"0" help:"Stop after this many requests (0: run for --duration)."`
-	Warmup        time.Duration `name:"warmup" default:"2s" help:"Unmeasured load before the run."`
+	Warmup        time.Duration `name:"warmup" default:"2s" help:"Unmeasured load before the run (0: none)."`
 	PayloadSize   int           `name:"payload-size" default:"500" help:"Approximate size of each order body in bytes."`
 	Mix           string        `name:"mix" default:"new:100" help:"Request kinds in percent: new (fresh key), replay (key of a finished order), dup (the key another connection just sent). Example: new:80,replay:15,dup:5."`
 	Async         bool          `name:"async" help:"Send Prefer: respond-async (answer 202 once stored)."`

@@ -19,7 +19,7 @@ type CheckCmd struct {
 	Tenant         string        `name:"tenant" default:"default" help:"Tenant of --token (idempotency keys are scoped by it)."`
 	Token          string        `name:"token" env:"ORDERLY_CHECK_TOKEN" help:"Bearer token, when the API has tokens configured."`
 	Clients        int           `name:"clients" short:"c" default:"16" help:"Concurrent clients."`
-	Duration       time.Duration `name:"duration" short:"d" default:"30s" help:"How long to generate orders."`
+	Duration       time.Duration `name:"duration" short:"d" default:"30s" help:"How long to generate orders (0 with --orders: until that many)."`
 	Orders         int           `name:"orders" short:"n" default:"0" help:"Stop after this many logical orders (0: run for --duration)."`
 	RetryDelay     time.Duration `name:"retry-delay" default:"0s" help:"Delay of the delayed retries; set it longer than the server's --dedup-window to retry after the broker forgot the key (0 leaves that scenario out)."`
 	Settle         time.Duration `name:"settle" default:"60s" help:"After the workload, how long clients may keep retrying and accepted orders may take to be decided; then as long again for reading ORDER_EVENTS while NATS does not answer."`
@@ -29,11 +29,11 @@ type CheckCmd struct {
 	JSON           bool          `name:"json" help:"Print the summary as JSON instead of a table."`
 }
 
-// Run runs the check; it fails when a promise was broken.
-func (c *CheckCmd) Run(g *globals) error {
+// config is the checker's configuration of the flags, validated.
+func (c *CheckCmd) config() (check.Config, error) {
 	weights, err := parseWeights(c.Mix)
 	if err != nil {
-		return err
+		return check.Config{}, err
 	}
 	cfg := check.Config{
 		URLs: trimSlashes(c.URLs), NATSURL: c.NATSURL, NATSCredentials: c.creds(), Tenant: c.Tenant, Token: c.Token,
@@ -43,7 +43,13 @@ func (c *CheckCmd) Run(g *globals) error {
 	if c.Orders > 0 && c.Duration == 30*time.Second {
 		cfg.Duration = 0 // --orders alone: until that many
 	}
-	if err := cfg.Validate(); err != nil {
+	return cfg, cfg.Validate()
+}
+
+// Run runs the check; it fails when a promise was broken.
+func (c *CheckCmd) Run(g *globals) error {
+	cfg, err := c.config()
+	if err != nil {
 		return err // before the banner: nothing is checked
 	}
 	if c.Report != "" {

@@ -30,20 +30,11 @@ type unknownEnv struct {
 // give every role the same environment).
 func unknownEnvs(app *kong.Application, environ []string) []unknownEnv {
 	known := map[string]bool{}
-	var walk func(n *kong.Node)
-	walk = func(n *kong.Node) {
-		for _, group := range n.AllFlags(false) {
-			for _, f := range group {
-				for _, e := range f.Envs {
-					known[e] = true
-				}
-			}
+	eachFlag(app.Node, func(_ *kong.Node, f *kong.Flag) {
+		for _, e := range f.Envs {
+			known[e] = true
 		}
-		for _, c := range n.Children {
-			walk(c)
-		}
-	}
-	walk(app.Node)
+	})
 	names := make([]string, 0, len(known))
 	for n := range known {
 		names = append(names, n)
@@ -67,4 +58,18 @@ func unknownEnvs(app *kong.Application, environ []string) []unknownEnv {
 		out = append(out, u)
 	}
 	return out
+}
+
+// eachFlag calls fn with every flag of n and of the commands below it, with
+// the command it belongs to (a flag of several commands, such as --log-level,
+// once for each).
+func eachFlag(n *kong.Node, fn func(*kong.Node, *kong.Flag)) {
+	for _, group := range n.AllFlags(false) {
+		for _, f := range group {
+			fn(n, f)
+		}
+	}
+	for _, c := range n.Children {
+		eachFlag(c, fn)
+	}
 }

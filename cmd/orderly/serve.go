@@ -44,7 +44,7 @@ func (c CredFlags) credentials() jsstore.Credentials {
 type NATSFlags struct {
 	NATSURL        string        `name:"nats-url" env:"ORDERLY_NATS_URL" help:"NATS server URL(s), comma-separated. Empty: start an embedded server (serve only)."`
 	NATSTimeout    time.Duration `name:"nats-timeout" env:"ORDERLY_NATS_TIMEOUT" default:"10s" positive:"" help:"Budget of each NATS operation of an HTTP request, retries included: a read or publish that meets an unavailable NATS (a leader election takes 4-9 s) is tried again until it succeeds or this runs out (then 503: service_unavailable when nothing was stored, outcome_unknown when the order may have been). A lost connection is waited for 500ms at most."`
-	StartupTimeout time.Duration `name:"startup-timeout" env:"ORDERLY_STARTUP_TIMEOUT" default:"2m" help:"How long to wait at start for NATS, JetStream and the topology (a cluster that is still forming, a server that starts later, orderly setup not run yet)."`
+	StartupTimeout time.Duration `name:"startup-timeout" env:"ORDERLY_STARTUP_TIMEOUT" default:"2m" positive:"" help:"How long to wait at start for NATS, JetStream and the topology (a cluster that is still forming, a server that starts later, orderly setup not run yet)."`
 	CredFlags
 }
 
@@ -85,7 +85,7 @@ type RunFlags struct {
 
 // APIFlags are the HTTP API's settings.
 type APIFlags struct {
-	Wait           time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202."`
+	Wait           time.Duration `name:"wait" env:"ORDERLY_WAIT" default:"2s" help:"How long a POST waits for its result before it answers 202 (0: 202 as soon as the command is stored, as Prefer: respond-async)."`
 	MaxWait        time.Duration `name:"max-wait" env:"ORDERLY_MAX_WAIT" default:"30s" positive:"" help:"Cap on Prefer: wait=N and on GET ?wait=: more than 0, at least --wait."`
 	BodyLimit      string        `name:"body-limit" env:"ORDERLY_BODY_LIMIT" default:"64KiB" help:"Largest request body (413 above): a size such as 64KiB or 1MiB, or a number of bytes; at least 1KiB."`
 	HeaderTimeout  time.Duration `name:"http-header-timeout" env:"ORDERLY_HTTP_HEADER_TIMEOUT" default:"10s" help:"How long a client may take to send a request's headers."`

@@ -10,9 +10,12 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alecthomas/kong"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -70,6 +73,17 @@ func parseCLI(t *testing.T, args string) CLI {
 		t.Fatalf("%s: %v", args, err)
 	}
 	return cli
+}
+
+// cliModel is the model of orderly's command line.
+func cliModel(t *testing.T) *kong.Application {
+	t.Helper()
+	var cli CLI
+	parser, err := kong.New(&cli, kong.Name("orderly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parser.Model
 }
 
 // parseInto parses args into cli as main does (its duration mapper too).
@@ -470,12 +484,7 @@ func TestBenchRefusesFlagsItWouldIgnore(t *testing.T) {
 // reads, the tests' and the scripts' are not.
 func TestUnknownEnvironmentVariables(t *testing.T) {
 	t.Parallel()
-	var cli CLI
-	parser, err := kong.New(&cli, kong.Name("orderly"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := unknownEnvs(parser.Model, []string{
+	got := unknownEnvs(cliModel(t), []string{
 		"PATH=/bin", "ORDERLY_BODYLIMIT=1", "ORDERLY_NATSURL=nats://x", "ORDERLY_FROBNICATE=1",
 		"ORDERLY_BODY_LIMIT=64KiB", "ORDERLY_BENCH_URL=http://x", "ORDERLY_CHECK_TOKEN=t", "ORDERLY_CREDENTIALS_DIR=d",
 		"ORDERLY_TEST_ORDER_IDS=nonce", "ORDERLY_HTTP_FUZZ_TIME=1s", "ORDERLY_BIN=/tmp/o", "ORDERLY_NATS_SERVER_CHILD=1",
@@ -484,5 +493,59 @@ func TestUnknownEnvironmentVariables(t *testing.T) {
 	want := []unknownEnv{{"ORDERLY_BODYLIMIT", "ORDERLY_BODY_LIMIT"}, {"ORDERLY_NATSURL", "ORDERLY_NATS_URL"}, {"ORDERLY_FROBNICATE", ""}, {"ORDERLY_", ""}}
 	if !slices.Equal(got, want) {
 		t.Errorf("unknown variables %v, want %v", got, want)
+	}
+}
+
+// durationsRefusedBelow are the duration flags without the positive tag
+// whose 0 the configuration refuses after parsing, with what refuses it.
+var durationsRefusedBelow = map[string]string{
+	"dedup-window":        "jsstore.Topology.Validate: at least 100ms",
+	"result-ttl":          "jsstore.Topology.Validate: at least the dedup window",
+	"command-retention":   "jsstore.Topology.Validate: at least the dedup window",
+	"http-header-timeout": "server.Config.Validate: positive",
+	"http-body-timeout":   "server.Config.Validate: positive",
+	"http-idle-timeout":   "server.Config.Validate: positive",
+	"store-fault-grace":   "server.Config.Validate: positive",
+	"settle":              "check.Config.Validate: positive",
+	"request-timeout":     "check.Config.Validate: positive",
+}
+
+// TestEveryDurationFlagSaysWhatZeroDoes: a duration flag refuses 0 (the
+// positive tag), is refused at 0 by the configuration below it
+// (durationsRefusedBelow), or its help says what 0 does. A 0 that meant
+// nothing was taken as a default without a word (--max-wait=0s was 30s).
+func TestEveryDurationFlagSaysWhatZeroDoes(t *testing.T) {
+	t.Parallel()
+	zero := regexp.MustCompile(`\b0s?\b`)
+	checked := 0
+	eachFlag(cliModel(t).Node, func(n *kong.Node, f *kong.Flag) {
+		if f.Target.Type() != reflect.TypeFor[time.Duration]() {
+			return
+		}
+		checked++
+		_, refused := durationsRefusedBelow[f.Name]
+		if !f.Tag.Has("positive") && !refused && !zero.MatchString(f.Help) {
+			t.Errorf("%s --%s: not tagged positive, not refused at 0 below, and its help does not say what 0 does: %q", n.Path(), f.Name, f.Help)
+		}
+	})
+	if checked < 30 {
+		t.Fatalf("only %d duration flags found: the walk is broken", checked)
+	}
+	// The refusals it names hold.
+	for name := range durationsRefusedBelow {
+		args := "serve --" + name + "=0s"
+		if name == "settle" || name == "request-timeout" {
+			args = "check --" + name + "=0s"
+		}
+		cli := parseCLI(t, args)
+		var err error
+		if strings.HasPrefix(args, "check") {
+			_, err = cli.Check.config()
+		} else {
+			err = serveConfig(t, args).Validate()
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", args)
+		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // SetupCmd is orderly setup.
 type SetupCmd struct {
 	NATSURL        string        `name:"nats-url" env:"ORDERLY_NATS_URL" required:"" help:"NATS server URL(s), comma-separated."`
-	StartupTimeout time.Duration `name:"startup-timeout" env:"ORDERLY_STARTUP_TIMEOUT" default:"2m" help:"How long to wait for NATS and JetStream (a cluster that is still forming)."`
+	StartupTimeout time.Duration `name:"startup-timeout" env:"ORDERLY_STARTUP_TIMEOUT" default:"2m" positive:"" help:"How long to wait for NATS and JetStream (a cluster that is still forming)."`
 	CredFlags
 	TopologyFlags
 	Projector bool   `name:"projector" env:"ORDERLY_SETUP_PROJECTOR" help:"Create the projector's durable consumer too, for 'orderly projector' processes (optional: the processor stores each key's response itself)."`
