@@ -38,10 +38,14 @@ type BenchCmd struct {
 	Rounds  int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy); warns when the ceiling's rounds are 20% or more apart."`
 }
 
-// Validate refuses flags that the other flags given make meaningless: they
-// were ignored without a word (--rounds 3 without --baseline measured once).
+// Validate refuses counts out of range, and flags that the other flags
+// given make meaningless: they were ignored without a word (--rounds 3
+// without --baseline measured once).
 func (c *BenchCmd) Validate() error {
 	var errs []error
+	if c.Waiters < 0 || c.Rounds < 1 {
+		errs = append(errs, fmt.Errorf("--waiters must not be negative (got %d) and --rounds must be at least 1 (got %d)", c.Waiters, c.Rounds))
+	}
 	if c.Rounds > 1 && !c.Baseline {
 		errs = append(errs, errors.New("--rounds needs --baseline: it alternates orderly's rounds with the ceiling's"))
 	}
@@ -67,9 +71,6 @@ func (c *BenchCmd) Validate() error {
 
 // Run runs the benchmark.
 func (c *BenchCmd) Run(g *globals) error {
-	if c.Waiters < 0 || c.Rounds < 1 {
-		return fmt.Errorf("--waiters must not be negative (got %d) and --rounds must be at least 1 (got %d)", c.Waiters, c.Rounds)
-	}
 	if c.Waiters > 0 {
 		return c.runWaiters(g)
 	}

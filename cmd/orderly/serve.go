@@ -190,13 +190,19 @@ type APICmd struct {
 	APIFlags
 }
 
-// Run runs the API.
-func (c *APICmd) Run(g *globals) error {
+// config is the API's configuration of the flags.
+func (c *APICmd) config() (server.Config, error) {
 	cfg, err := c.RunFlags.config(server.Roles{API: true})
 	if err != nil {
-		return err
+		return cfg, err
 	}
-	if err := c.APIFlags.apply(&cfg); err != nil {
+	return cfg, c.APIFlags.apply(&cfg)
+}
+
+// Run runs the API.
+func (c *APICmd) Run(g *globals) error {
+	cfg, err := c.config()
+	if err != nil {
 		return err
 	}
 	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, c.TokensFile, c.MetricsTokenFile)

@@ -361,9 +361,7 @@ func TestHTTPLimitsAreSizes(t *testing.T) {
 		var cfg server.Config
 		var err error
 		if strings.HasPrefix(c.args, "api") {
-			if cfg, err = cli.API.RunFlags.config(server.Roles{API: true}); err == nil {
-				err = cli.API.APIFlags.apply(&cfg)
-			}
+			cfg, err = cli.API.config()
 		} else {
 			cfg, err = cli.Serve.config()
 		}
