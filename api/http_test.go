@@ -236,6 +236,25 @@ func TestPostRefusesBadRequestsBeforeTheService(t *testing.T) {
 	}
 }
 
+// TestTooLargeSaysTheLimitAsTheFlagTakesIt: --body-limit takes 64KiB, and
+// the 413 says the limit that way, with its bytes.
+func TestTooLargeSaysTheLimitAsTheFlagTakesIt(t *testing.T) {
+	t.Parallel()
+	for limit, want := range map[int64]string{
+		1024:    "the body must be at most 1 KiB (1024 bytes)",
+		3 << 20: "the body must be at most 3 MiB (3145728 bytes)",
+		2000:    "the body must be at most 2000 bytes",
+		1536:    "the body must be at most 1536 bytes",
+	} {
+		h := handler(t, api.Config{BodyLimit: limit}, &fakeService{})
+		w := do(h, http.MethodPost, "/v1/orders", `{"customer_id":"`+strings.Repeat("x", int(limit))+`"}`, "Content-Type: application/json", "Idempotency-Key: a")
+		var p problem.Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != 413 || p.Detail != want {
+			t.Errorf("limit %d: %d %q, want %q", limit, w.Code, p.Detail, want)
+		}
+	}
+}
+
 func TestTokensScopeTenants(t *testing.T) {
 	t.Parallel()
 	svc := &fakeService{outcome: app.Outcome{Kind: app.Accepted, OrderID: "ord_1"}, order: idempotency.Order{Status: idempotency.StatusCreated, Body: []byte("{}")}}

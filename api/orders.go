@@ -182,10 +182,22 @@ func checkJSON(h http.Header) *problem.Problem {
 	return nil
 }
 
+// sizeOf says n bytes as --body-limit takes it: "64 KiB (65536 bytes)", or
+// "1000 bytes" when n is no whole number of KiB.
+func sizeOf(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB (%d bytes)", n>>20, n)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB (%d bytes)", n>>10, n)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
 func (h *handlers) readBody(c *gin.Context) ([]byte, *problem.Problem) {
 	tooLarge := func() *problem.Problem {
 		return problem.New(http.StatusRequestEntityTooLarge, problem.CodeTooLarge, "Request too large",
-			fmt.Sprintf("the body must be at most %d bytes", h.cfg.BodyLimit))
+			"the body must be at most "+sizeOf(h.cfg.BodyLimit))
 	}
 	if c.Request.ContentLength > h.cfg.BodyLimit {
 		return nil, tooLarge()

@@ -54,7 +54,7 @@ type CLI struct {
 	Status      StatusCmd      `cmd:"" help:"Show orderly's streams on NATS: messages, bytes, replicas, the leader and the replicas that are not current, and the backlog of the processors' and projectors' consumers."`
 	DLQ         DLQCmd         `cmd:"" name:"dlq" help:"Inspect and replay dead-lettered commands: list, replay."`
 	Keys        KeysCmd        `cmd:"" help:"Inspect and free idempotency keys: get, evict."`
-	Tokens      TokensCmd      `cmd:"" help:"Manage the API's bearer tokens: add."`
+	Tokens      TokensCmd      `cmd:"" help:"Manage the API's bearer tokens: add, list, remove."`
 	Backup      BackupCmd      `cmd:"" help:"Back up orderly's streams and their consumers (JetStream snapshots, checked as they are taken) into a new directory; safe while orderly runs."`
 	Restore     RestoreCmd     `cmd:"" help:"Restore a backup into a NATS whose orderly streams are missing or empty (a fresh cluster, after orderly setup), with sequences, timestamps and consumer positions as they were; then restart orderly's processes. The whole backup is read and checked before anything changes; a restore that stopped part way is finished by running it again."`
 	Check       CheckCmd       `cmd:"" help:"Run a fault-finding workload against an orderly and verify that nothing was lost or duplicated; exits 1 on any violation."`

@@ -52,7 +52,11 @@ func applyMemoryLimit(flag string, share float64, cgroup memlimit.Provider, refr
 	switch strings.ToLower(strings.TrimSpace(flag)) {
 	case "", "auto":
 		if v := os.Getenv("GOMEMLIMIT"); v != "" {
-			return setMemoryLimit(part(debug.SetMemoryLimit(-1))), "GOMEMLIMIT=" + v, nil
+			set := debug.SetMemoryLimit(-1)
+			if set < minMemoryLimit {
+				return 0, "", fmt.Errorf("GOMEMLIMIT=%s: %s", v, tooLittleMemory)
+			}
+			return setMemoryLimit(part(set)), "GOMEMLIMIT=" + v, nil
 		}
 		limit, err := cgroup()
 		if errors.Is(err, memlimit.ErrNoLimit) {
@@ -95,7 +99,7 @@ func applyMemoryLimit(flag string, share float64, cgroup memlimit.Provider, refr
 		return 0, "", fmt.Errorf("--memory-limit %q: want auto, off or a size such as 512MiB", flag)
 	}
 	if n < minMemoryLimit {
-		return 0, "", fmt.Errorf("--memory-limit %s: below %s, which orderly does not work in (idle it holds about 5 MiB of heap and 60 MiB of RSS; under a soft limit that low the garbage collector runs without pause, and orderly serves at a fraction of its rate)", flag, humanize.IBytes(minMemoryLimit))
+		return 0, "", fmt.Errorf("--memory-limit %s: %s", flag, tooLittleMemory)
 	}
 	return setMemoryLimit(part(n)), "--memory-limit", nil
 }
@@ -104,6 +108,11 @@ func applyMemoryLimit(flag string, share float64, cgroup memlimit.Provider, refr
 // orderly bench -d 5s against it made 1,682 req/s at a p99 of 74.6 ms,
 // against 4,282 req/s and 37.3 ms without a limit (2026-12-07).
 const minMemoryLimit = 64 << 20
+
+// tooLittleMemory is why a limit below minMemoryLimit is refused, from
+// --memory-limit or from GOMEMLIMIT (which the Go runtime applies before
+// orderly starts, and auto would keep).
+var tooLittleMemory = "below " + humanize.IBytes(minMemoryLimit) + ", which orderly does not work in (idle it holds about 5 MiB of heap and 60 MiB of RSS; under a soft limit that low the garbage collector runs without pause, and orderly serves at a fraction of its rate)"
 
 func setMemoryLimit(n int64) int64 {
 	debug.SetMemoryLimit(n)

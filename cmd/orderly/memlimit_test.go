@@ -88,4 +88,14 @@ func TestMemoryLimit(t *testing.T) {
 	if got, from, err := applyMemoryLimit("auto", childShare, provider, nil, logger); err != nil || got != gib/2 || from != "GOMEMLIMIT=2GiB" || childMemoryLimit(got) != 3*gib/2 {
 		t.Errorf("auto under GOMEMLIMIT=2GiB with the child: %d (the child %d) from %q, %v", got, childMemoryLimit(got), from, err)
 	}
+	// A GOMEMLIMIT below what --memory-limit takes is refused as that is.
+	t.Setenv("GOMEMLIMIT", "1MiB")
+	debug.SetMemoryLimit(1 << 20)
+	if _, _, err := applyMemoryLimit("auto", 1, provider, nil, logger); err == nil || !strings.Contains(err.Error(), "GOMEMLIMIT=1MiB: below 64 MiB") {
+		t.Errorf("auto under GOMEMLIMIT=1MiB: %v, want a refusal", err)
+	}
+	// off overrides it, as it overrides any GOMEMLIMIT.
+	if got, _, err := applyMemoryLimit("off", 1, provider, nil, logger); err != nil || got != math.MaxInt64 {
+		t.Errorf("off under GOMEMLIMIT=1MiB: %d, %v", got, err)
+	}
 }

@@ -45,6 +45,12 @@ func tempPattern(path string) string { return "." + filepath.Base(path) + ".tmp-
 // and durably: a reader, and the disk after a power loss, sees the old file
 // or the whole new one, never a part.
 func WriteFile(path string, data []byte, mode os.FileMode) error {
+	return writeFile(path, data, mode, nil)
+}
+
+// writeFile is WriteFile, with prepare (when not nil) run on the temporary
+// file before it is synced.
+func writeFile(path string, data []byte, mode os.FileMode, prepare func(*os.File) error) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, tempPattern(path))
 	if err != nil {
@@ -54,6 +60,9 @@ func WriteFile(path string, data []byte, mode os.FileMode) error {
 	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Chmod(mode)
+	}
+	if err == nil && prepare != nil {
+		err = prepare(tmp)
 	}
 	if err == nil {
 		err = tmp.Sync()
@@ -68,6 +77,25 @@ func WriteFile(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return SyncDir(dir)
+}
+
+// ReplaceFile is WriteFile for a file that exists, written again with its
+// mode, its owner and its group, at the file a symbolic link path names
+// (the link stays). A file that is not there, or not a regular file, is
+// refused.
+func ReplaceFile(path string, data []byte) error {
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(target)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	return writeFile(target, data, fi.Mode().Perm(), func(f *os.File) error { return chownLike(f, fi) })
 }
 
 // SyncDir syncs directory dir, so that the names of the files created,

@@ -85,3 +85,53 @@ func TestCheckWritable(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaceFile: the file is written again with its mode, and its owner
+// when the process may give it (root); a symbolic link stays one, to the
+// file written again; a missing file, or a directory, is refused.
+func TestReplaceFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(path, []byte("old"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	owned := os.Geteuid() == 0
+	if owned {
+		if err := os.Chown(path, 4321, 4322); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := filesync.ReplaceFile(path, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if got, _ := os.ReadFile(path); err != nil || string(got) != "new" || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("replaced: %q, mode %v, %v", got, fi.Mode().Perm(), err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); owned && (st.Uid != 4321 || st.Gid != 4322) {
+		t.Errorf("owner %d:%d, want 4321:4322 as before", st.Uid, st.Gid)
+	}
+	// A secret mounted as a link (Kubernetes: tokens -> ..data/tokens).
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("tokens", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := filesync.ReplaceFile(link, []byte("newer")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link is no longer one: %v, %v", fi.Mode(), err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != "newer" {
+		t.Errorf("the link's file holds %q", got)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("the directory holds %d entries, want the file and the link", len(entries))
+	}
+	if err := filesync.ReplaceFile(filepath.Join(dir, "missing"), []byte("x")); err == nil {
+		t.Error("a missing file was written")
+	}
+	if err := filesync.ReplaceFile(dir, []byte("x")); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a directory: %v", err)
+	}
+}
