@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,9 +35,12 @@ type BenchCmd struct {
 	Baseline      bool          `name:"baseline" help:"Also measure, in the same run, the ceiling (a bare gin handler in this binary doing the same HTTP and JSON work without NATS) and the raw JetStream synchronous publish rate on --nats-url, and print orderly's figures as ratios of them."`
 	ToolNATS
 	Waiters int           `name:"waiters" help:"Instead of load: hold this many long polls (GET ?wait=) on one pending order and report what they cost the server (memory, goroutines) from its /metrics. Run the server with --roles api,projector so the order stays pending."`
-	Hold    time.Duration `name:"hold" default:"30s" positive:"" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait)."`
+	Hold    time.Duration `name:"hold" positive:"" placeholder:"30s" help:"With --waiters: the wait each long poll asks for (capped by the server's --max-wait); 30s when not given."`
 	Rounds  int           `name:"rounds" default:"1" help:"With --baseline: measure orderly and the ceiling this many times, alternating, and compare their medians (a shared machine is noisy); warns when the ceiling's rounds are 20% or more apart."`
 }
+
+// defaultHold is the wait of --waiters' long polls without --hold.
+const defaultHold = 30 * time.Second
 
 // Validate refuses counts out of range, and flags that the other flags
 // given make meaningless: they were ignored without a word (--rounds 3
@@ -48,6 +52,9 @@ func (c *BenchCmd) Validate() error {
 	}
 	if c.Rounds > 1 && !c.Baseline {
 		errs = append(errs, errors.New("--rounds needs --baseline: it alternates orderly's rounds with the ceiling's"))
+	}
+	if c.Hold > 0 && c.Waiters == 0 {
+		errs = append(errs, errors.New("--hold needs --waiters: it is the wait of their long polls"))
 	}
 	if c.PollEvery > 0 && !c.Poll {
 		errs = append(errs, errors.New("--poll-every needs --poll"))
@@ -116,7 +123,7 @@ func (c *BenchCmd) Run(g *globals) error {
 
 func (c *BenchCmd) runWaiters(g *globals) error {
 	fmt.Fprintf(os.Stderr, "holding %d long polls on %s\n", c.Waiters, c.URL)
-	res, err := bench.Waiters(g.ctx, bench.WaitersConfig{URL: strings.TrimRight(c.URL, "/"), Count: c.Waiters, Hold: c.Hold, Token: c.Token}, os.Stderr)
+	res, err := bench.Waiters(g.ctx, bench.WaitersConfig{URL: strings.TrimRight(c.URL, "/"), Count: c.Waiters, Hold: cmp.Or(c.Hold, defaultHold), Token: c.Token}, os.Stderr)
 	if err != nil {
 		return err
 	}

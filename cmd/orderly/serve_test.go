@@ -458,13 +458,14 @@ func TestCheckMixRefusesAScenarioTwice(t *testing.T) {
 
 // TestBenchRefusesFlagsItWouldIgnore: bench --rounds 3 without --baseline
 // measured once, --poll-every without --poll and --waiters with a load's
-// flags were ignored without a word.
+// flags, --hold without --waiters were ignored without a word.
 func TestBenchRefusesFlagsItWouldIgnore(t *testing.T) {
 	t.Parallel()
 	for args, want := range map[string]string{
 		"bench --rounds=3":                          "--rounds needs --baseline",
 		"bench --poll-every=1s":                     "--poll-every needs --poll",
 		"bench --waiters=5 --baseline --requests=9": "not with --baseline, --requests",
+		"bench --hold=10s":                          "--hold needs --waiters",
 	} {
 		var cli CLI
 		if err := parseInto(t, &cli, args); err == nil || !strings.Contains(err.Error(), want) {
