@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -316,7 +317,8 @@ func TestTokensReplace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (api.TokenChange{Tokens: 2, Tenants: 1, Added: 1, Removed: 1, Moved: 1}); c != want {
+	if want := (api.TokenChange{Tokens: 2, Tenants: 1, Added: []string{api.TokenID("secret-token-c")},
+		Removed: []string{api.TokenID("secret-token-a")}, Moved: []string{api.TokenID("secret-token-b")}}); !reflect.DeepEqual(c, want) {
 		t.Errorf("change %+v, want %+v", c, want)
 	}
 	if get("secret-token-a") != 401 || get("secret-token-c") != 200 {

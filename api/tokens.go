@@ -2,7 +2,9 @@ package api
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"slices"
 	"sync/atomic"
 )
 
@@ -17,10 +19,22 @@ type Tokens struct {
 	enabled bool
 }
 
-// TokenChange says what a Replace changed, without naming a token.
+// TokenChange says what a Replace changed, without naming a token: the
+// tokens added, removed and moved to another tenant are given by their
+// TokenID, sorted.
 type TokenChange struct {
-	Tokens, Tenants, Added, Removed, Moved int
+	Tokens, Tenants       int
+	Added, Removed, Moved []string
 }
+
+// TokenID names a token without showing it, in logs and in orderly tokens
+// list: the first 8 hex digits of its SHA-256. They tell the tokens of one
+// file apart and say nothing usable of a random token.
+func TokenID(token string) string {
+	return tokenID(sha256.Sum256([]byte(token)))
+}
+
+func tokenID(sum [sha256.Size]byte) string { return hex.EncodeToString(sum[:4]) }
 
 func newTokens(tokens map[string]string) *Tokens {
 	t := &Tokens{enabled: len(tokens) > 0}
@@ -61,17 +75,20 @@ func (t *Tokens) Replace(tokens map[string]string) (TokenChange, error) {
 		tenants[tenant] = true
 		switch was, ok := old[h]; {
 		case !ok:
-			c.Added++
+			c.Added = append(c.Added, tokenID(h))
 		case was != tenant:
-			c.Moved++
+			c.Moved = append(c.Moved, tokenID(h))
 		}
 	}
 	for h := range old {
 		if _, ok := set[h]; !ok {
-			c.Removed++
+			c.Removed = append(c.Removed, tokenID(h))
 		}
 	}
 	c.Tenants = len(tenants)
+	slices.Sort(c.Added)
+	slices.Sort(c.Moved)
+	slices.Sort(c.Removed)
 	return c, nil
 }
 

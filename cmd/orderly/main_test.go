@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/check"
@@ -644,8 +645,9 @@ func TestOperatorTools(t *testing.T) {
 }
 
 // TestTokensReloadOnSIGHUP: orderly serve re-reads --tokens-file on SIGHUP.
-// A token added with orderly tokens add works without a restart, a removed
-// one stops working, and a file that no longer holds a valid set changes
+// A token added with orderly tokens add works without a restart, one
+// removed with orderly tokens remove stops working (the log names each by
+// its ID), and a file that no longer holds a valid set changes
 // nothing and is logged; --metrics-token-file the same. SIGHUP never stops
 // the process.
 func TestTokensReloadOnSIGHUP(t *testing.T) {
@@ -692,16 +694,20 @@ func TestTokensReloadOnSIGHUP(t *testing.T) {
 	if s := post(second); s != http.StatusUnauthorized {
 		t.Fatalf("the added token before SIGHUP: %d", s)
 	}
-	hup("tokens file reloaded")
+	hup("added_ids=" + api.TokenID(second))
 	if s := post(second); s != http.StatusAccepted {
 		t.Fatalf("the added token after SIGHUP: %d\n%s", s, out.String())
 	}
 
-	// Revoke the first token.
-	if err := os.WriteFile(tokens, []byte("tenant-b "+second+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	// Revoke the first token by its ID; the log names it so.
+	first := api.TokenID("first-token-of-tenant-a")
+	if out, err := exec.Command(bin, "tokens", "remove", first, "--tokens-file", tokens).CombinedOutput(); err != nil {
+		t.Fatalf("tokens remove %s: %v\n%s", first, err, out)
 	}
-	hup("tokens file reloaded")
+	if got, err := os.ReadFile(tokens); err != nil || string(got) != "tenant-b "+second+"\n" {
+		t.Fatalf("the file after tokens remove: %q, %v", got, err)
+	}
+	hup("added=0 removed=1 moved_to_another_tenant=0 added_ids=\"\" removed_ids=" + first)
 	if s := post("first-token-of-tenant-a"); s != http.StatusUnauthorized {
 		t.Fatalf("the revoked token after SIGHUP: %d", s)
 	}

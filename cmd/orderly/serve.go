@@ -427,7 +427,8 @@ func reloadTokens(logger *slog.Logger, s *server.Server, path string) {
 		return
 	}
 	logger.Info("SIGHUP: tokens file reloaded", "file", path, "tokens", c.Tokens, "tenants", c.Tenants,
-		"added", c.Added, "removed", c.Removed, "moved_to_another_tenant", c.Moved)
+		"added", len(c.Added), "removed", len(c.Removed), "moved_to_another_tenant", len(c.Moved),
+		"added_ids", strings.Join(c.Added, ","), "removed_ids", strings.Join(c.Removed, ","), "moved_ids", strings.Join(c.Moved, ","))
 	if w := tokensFileWarning(path); w != "" {
 		logger.Warn(w, "file", path)
 	}

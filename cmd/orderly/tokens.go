@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/internal/filesync"
 )
 
@@ -112,13 +111,8 @@ func addToken(path, tenant string, random io.Reader) (string, error) {
 	return token, nil
 }
 
-// tokenID names a token without showing it: the first 8 hex digits of its
-// SHA-256, which tell the tokens of one file apart and say nothing usable
-// of a random token.
-func tokenID(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:4])
-}
+// tokenID names a token without showing it, as the APIs' logs do.
+func tokenID(token string) string { return api.TokenID(token) }
 
 // lockTokensFile holds a lock beside path (".NAME.lock", made if missing)
 // until the returned function is called, so that a tokens add and a tokens
