@@ -21,6 +21,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/nats-io/nats.go"
+	"github.com/willabides/kongplete"
 
 	"github.com/orderly-dev/orderly/internal/bench"
 	"github.com/orderly-dev/orderly/internal/natsserver"
@@ -61,6 +62,7 @@ type CLI struct {
 	Bench       BenchCmd       `cmd:"" help:"Load an orderly API over HTTP and report throughput, latency and how the machine's CPU was spent (busy, idle, stolen by a hypervisor); --baseline adds the ceiling and the raw JetStream rate. While it runs, stderr shows the rate and the p99 of the requests since the line before, so a tail that grows during a long run shows when."`
 	Version     VersionCmd     `cmd:"" help:"Print the version."`
 	Healthcheck HealthcheckCmd `cmd:"" help:"Exit 0 when an orderly process is ready (GET /readyz answers 200), 1 otherwise: the probe for container healthchecks, since the image has no shell tools."`
+	Completion  CompletionCmd  `cmd:"" help:"Print what makes the shell complete orderly's commands, flags and flag values on Tab: source <(orderly completion bash) in ~/.bashrc, or zsh or fish."`
 
 	BenchCeilingServer CeilingServerCmd `cmd:"" name:"bench-ceiling-server" hidden:"" help:"Serve the bare gin ceiling handler (used by bench --baseline)."`
 }
@@ -75,7 +77,7 @@ func main() {
 	// A serve's embedded NATS server runs in a child process of this binary.
 	natsserver.RunChildIfAsked()
 	var cli CLI
-	kctx := kong.Parse(&cli,
+	parser := kong.Must(&cli,
 		kong.Name("orderly"),
 		kong.Description(description),
 		kong.ShortUsageOnError(), // the usage line and where the help is, not all of it
@@ -84,6 +86,11 @@ func main() {
 		logLevels(),
 		kong.Vars{"version": versionLine()},
 	)
+	// Asked by the shell for completions (orderly completion): print them
+	// and exit, before anything else runs.
+	kongplete.Complete(parser)
+	kctx, err := parser.Parse(os.Args[1:])
+	parser.FatalIfErrorf(err)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The first signal asks for a graceful end; a second one ends the
@@ -105,7 +112,7 @@ func main() {
 		}
 		logger.Warn("environment variable read by no flag of orderly: ignored (each command's --help names the variables it reads)", attrs...)
 	}
-	err := kctx.Run(&globals{ctx: ctx, logger: logger})
+	err = kctx.Run(&globals{ctx: ctx, logger: logger})
 	if cause := context.Cause(ctx); err == nil && errors.Is(cause, nats.ErrPermissionViolation) {
 		// A command that takes the end of its context for an interrupt
 		// (events tail) returns nil when a violation ended it.
