@@ -152,3 +152,26 @@ func TestTokensAddAndRemoveAtOnce(t *testing.T) {
 		t.Errorf("%d tokens left, want %d: the %d added and the one kept", len(got), len(want), len(added))
 	}
 }
+
+// TestTokensRemoveKeepsLineEndings: a file written on Windows (CRLF, no
+// newline at the end) keeps its endings on the lines that stay.
+func TestTokensRemoveKeepsLineEndings(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens")
+	a, b, c := strings.Repeat("a", 32), strings.Repeat("b", 32), strings.Repeat("c", 32)
+	if err := os.WriteFile(path, []byte("# shop\r\nacme "+a+"\r\nbolt "+b+"\r\ncore "+c), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := removeTokens(path, []string{tokenID(b)}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(must(os.ReadFile(path))), "# shop\r\nacme "+a+"\r\ncore "+c; got != want {
+		t.Errorf("after removing bolt: %q, want %q", got, want)
+	}
+	if _, err := removeTokens(path, nil, "core"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(must(os.ReadFile(path))), "# shop\r\nacme "+a+"\r\n"; got != want {
+		t.Errorf("after removing core: %q, want %q", got, want)
+	}
+}
