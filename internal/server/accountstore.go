@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -22,15 +24,49 @@ const accountStoreHeadroom = 1 << 20
 // than accountStoreHeadroom is left below it. At the limit every write of the
 // account is refused ("resource limits exceeded for account", 10002): new
 // orders are answered 503, and the processor holds what it accepted until
-// the limit is raised or the retentions free room. Tiered limits (per
-// replica count) are not looked at: orderly's configuration writes none.
+// the limit is raised or the retentions free room. An account whose limits
+// are tiered (per replica count: R1, R3; accounts of a JWT, as hosted NATS
+// makes them) has none of its own, but one per tier, each counting the
+// streams of its replica count: any tier at its limit is one.
 func accountStoreFull(info *jetstream.AccountInfo) error {
-	limit := info.Limits.MaxStore
-	if limit <= 0 || int64(info.Store)+accountStoreHeadroom < limit {
+	f := accountStoreFigures(info)
+	if f.limit <= 0 || int64(f.used)+accountStoreHeadroom < f.limit {
 		return nil
 	}
+	if f.tier != "" {
+		return fmt.Errorf("the NATS account's JetStream storage for its %s streams (tier %s) is at its limit: %s of %s (raise the account's limit for the tier, or shorten the retentions; docs/operations.md)",
+			f.tier, f.tier, humanize.IBytes(f.used), humanize.IBytes(uint64(f.limit)))
+	}
 	return fmt.Errorf("the NATS account's JetStream storage is at its limit: %s of %s (raise it with orderly credentials init --account-max-store and reload the NATS nodes, or shorten the retentions; docs/operations.md)",
-		humanize.IBytes(info.Store), humanize.IBytes(uint64(limit)))
+		humanize.IBytes(f.used), humanize.IBytes(uint64(f.limit)))
+}
+
+// storeFigures are the storage used against a limit: the account's, or a
+// tier's (tier names it).
+type storeFigures struct {
+	used  uint64
+	limit int64 // <= 0: none
+	tier  string
+}
+
+// accountStoreFigures is the account's storage against its limit, or, when
+// its limits are tiered, that of the tier with the least room left below
+// its limit (the account's total when no tier has a limit).
+func accountStoreFigures(info *jetstream.AccountInfo) storeFigures {
+	f := storeFigures{used: info.Store, limit: info.Limits.MaxStore}
+	if f.limit > 0 {
+		return f
+	}
+	for _, name := range slices.Sorted(maps.Keys(info.Tiers)) {
+		t := info.Tiers[name]
+		if t.Limits.MaxStore <= 0 {
+			continue
+		}
+		if f.limit <= 0 || t.Limits.MaxStore-int64(t.Store) < f.limit-int64(f.used) {
+			f = storeFigures{used: t.Store, limit: t.Limits.MaxStore, tier: name}
+		}
+	}
+	return f
 }
 
 // jetStreamReady is the readiness check "jetstream": JetStream answers for
@@ -59,9 +95,9 @@ type accountStore struct {
 func newAccountStore(js jetstream.JetStream) *accountStore {
 	return &accountStore{js: js, timeout: 2 * time.Second,
 		used: prometheus.NewDesc("orderly_account_store_bytes",
-			"JetStream storage orderly's NATS account uses, every copy of a replicated stream counted.", nil, nil),
+			"JetStream storage orderly's NATS account uses, every copy of a replicated stream counted; with limits per tier (replica count), that of the tier with the least room left.", nil, nil),
 		limit: prometheus.NewDesc("orderly_account_store_limit_bytes",
-			"The account's JetStream storage limit (credentials init --account-max-store); absent when it has none.", nil, nil)}
+			"The account's JetStream storage limit (credentials init --account-max-store), or that tier's; absent when it has none.", nil, nil)}
 }
 
 func (a *accountStore) Describe(ch chan<- *prometheus.Desc) {
@@ -76,8 +112,9 @@ func (a *accountStore) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(a.used, prometheus.GaugeValue, float64(info.Store))
-	if info.Limits.MaxStore > 0 {
-		ch <- prometheus.MustNewConstMetric(a.limit, prometheus.GaugeValue, float64(info.Limits.MaxStore))
+	f := accountStoreFigures(info)
+	ch <- prometheus.MustNewConstMetric(a.used, prometheus.GaugeValue, float64(f.used))
+	if f.limit > 0 {
+		ch <- prometheus.MustNewConstMetric(a.limit, prometheus.GaugeValue, float64(f.limit))
 	}
 }
