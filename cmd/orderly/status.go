@@ -153,9 +153,20 @@ func printAccountStore(ctx context.Context, js jetstream.JetStream) {
 	if err != nil {
 		return
 	}
+	fmt.Print("\n" + accountStorageLine(info))
+}
+
+// accountStorageLine says what the account stores against its limit, or
+// its tier's when its limits are tiered.
+func accountStorageLine(info *jetstream.AccountInfo) string {
+	s := jsstore.AccountStorage(info)
 	limit := "no limit (orderly credentials init --account-max-store sets one)"
-	if max := info.Limits.MaxStore; max > 0 {
-		limit = fmt.Sprintf("of a limit of %s (%.0f%%; at it new orders are refused)", humanize.IBytes(uint64(max)), 100*float64(info.Store)/float64(max))
+	switch {
+	case s.Tier != "":
+		limit = fmt.Sprintf("of which its %s streams (tier %s) %s of the tier's limit of %s (%.0f%%; at it new orders are refused)",
+			s.Tier, s.Tier, humanize.IBytes(s.Used), humanize.IBytes(uint64(s.Limit)), 100*float64(s.Used)/float64(s.Limit))
+	case s.Limit > 0:
+		limit = fmt.Sprintf("of a limit of %s (%.0f%%; at it new orders are refused)", humanize.IBytes(uint64(s.Limit)), 100*float64(s.Used)/float64(s.Limit))
 	}
-	fmt.Printf("\naccount storage: %s in JetStream, every copy counted, %s\n", humanize.IBytes(info.Store), limit)
+	return fmt.Sprintf("account storage: %s in JetStream, every copy counted, %s\n", humanize.IBytes(info.Store), limit)
 }

@@ -3,13 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderly-dev/orderly/internal/jsstore"
 )
 
 // accountStoreHeadroom is how close to the account's JetStream storage
@@ -29,44 +29,16 @@ const accountStoreHeadroom = 1 << 20
 // makes them) has none of its own, but one per tier, each counting the
 // streams of its replica count: any tier at its limit is one.
 func accountStoreFull(info *jetstream.AccountInfo) error {
-	f := accountStoreFigures(info)
-	if f.limit <= 0 || int64(f.used)+accountStoreHeadroom < f.limit {
+	f := jsstore.AccountStorage(info)
+	if f.Limit <= 0 || int64(f.Used)+accountStoreHeadroom < f.Limit {
 		return nil
 	}
-	if f.tier != "" {
+	if f.Tier != "" {
 		return fmt.Errorf("the NATS account's JetStream storage for its %s streams (tier %s) is at its limit: %s of %s (raise the account's limit for the tier, or shorten the retentions; docs/operations.md)",
-			f.tier, f.tier, humanize.IBytes(f.used), humanize.IBytes(uint64(f.limit)))
+			f.Tier, f.Tier, humanize.IBytes(f.Used), humanize.IBytes(uint64(f.Limit)))
 	}
 	return fmt.Errorf("the NATS account's JetStream storage is at its limit: %s of %s (raise it with orderly credentials init --account-max-store and reload the NATS nodes, or shorten the retentions; docs/operations.md)",
-		humanize.IBytes(f.used), humanize.IBytes(uint64(f.limit)))
-}
-
-// storeFigures are the storage used against a limit: the account's, or a
-// tier's (tier names it).
-type storeFigures struct {
-	used  uint64
-	limit int64 // <= 0: none
-	tier  string
-}
-
-// accountStoreFigures is the account's storage against its limit, or, when
-// its limits are tiered, that of the tier with the least room left below
-// its limit (the account's total when no tier has a limit).
-func accountStoreFigures(info *jetstream.AccountInfo) storeFigures {
-	f := storeFigures{used: info.Store, limit: info.Limits.MaxStore}
-	if f.limit > 0 {
-		return f
-	}
-	for _, name := range slices.Sorted(maps.Keys(info.Tiers)) {
-		t := info.Tiers[name]
-		if t.Limits.MaxStore <= 0 {
-			continue
-		}
-		if f.limit <= 0 || t.Limits.MaxStore-int64(t.Store) < f.limit-int64(f.used) {
-			f = storeFigures{used: t.Store, limit: t.Limits.MaxStore, tier: name}
-		}
-	}
-	return f
+		humanize.IBytes(f.Used), humanize.IBytes(uint64(f.Limit)))
 }
 
 // jetStreamReady is the readiness check "jetstream": JetStream answers for
@@ -112,9 +84,9 @@ func (a *accountStore) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	f := accountStoreFigures(info)
-	ch <- prometheus.MustNewConstMetric(a.used, prometheus.GaugeValue, float64(f.used))
-	if f.limit > 0 {
-		ch <- prometheus.MustNewConstMetric(a.limit, prometheus.GaugeValue, float64(f.limit))
+	f := jsstore.AccountStorage(info)
+	ch <- prometheus.MustNewConstMetric(a.used, prometheus.GaugeValue, float64(f.Used))
+	if f.Limit > 0 {
+		ch <- prometheus.MustNewConstMetric(a.limit, prometheus.GaugeValue, float64(f.Limit))
 	}
 }

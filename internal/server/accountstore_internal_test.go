@@ -46,29 +46,6 @@ func TestAccountStoreFull(t *testing.T) {
 	}
 }
 
-// TestAccountStoreFiguresPerTier: an account whose limits are tiered has
-// none of its own; the tier with the least room left is the one looked at.
-func TestAccountStoreFiguresPerTier(t *testing.T) {
-	t.Parallel()
-	tier := func(used uint64, limit int64) jetstream.Tier {
-		return jetstream.Tier{Store: used, Limits: jetstream.AccountLimits{MaxStore: limit}}
-	}
-	for _, tc := range []struct {
-		name string
-		info jetstream.AccountInfo
-		want storeFigures
-	}{
-		{"the account's own limit", jetstream.AccountInfo{Tier: tier(5, 100), Tiers: map[string]jetstream.Tier{"R1": tier(1, 2)}}, storeFigures{5, 100, ""}},
-		{"no limit anywhere", jetstream.AccountInfo{Tier: tier(7, -1), Tiers: map[string]jetstream.Tier{"R1": tier(7, -1)}}, storeFigures{7, -1, ""}},
-		{"one tier with a limit", jetstream.AccountInfo{Tier: tier(9, 0), Tiers: map[string]jetstream.Tier{"R1": tier(2, -1), "R3": tier(7, 50)}}, storeFigures{7, 50, "R3"}},
-		{"the tier with less room", jetstream.AccountInfo{Tier: tier(90, 0), Tiers: map[string]jetstream.Tier{"R1": tier(80, 100), "R3": tier(10, 1000)}}, storeFigures{80, 100, "R1"}},
-	} {
-		if got := accountStoreFigures(&tc.info); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
-		}
-	}
-}
-
 // TestAccountStoreFullOnATieredAccount: a real nats-server in operator mode,
 // with orderly's account a JWT whose JetStream limits are tiered (as hosted
 // NATS makes them: one limit per replica count, none for the account), fills
@@ -130,7 +107,7 @@ func TestAccountStoreFullOnATieredAccount(t *testing.T) {
 
 	info, err := js.AccountInfo(ctx)
 	must(err)
-	if f := accountStoreFigures(info); f.tier != "R1" || f.limit != limit || accountStoreFull(info) != nil {
+	if f := jsstore.AccountStorage(info); f.Tier != "R1" || f.Limit != limit || accountStoreFull(info) != nil {
 		t.Fatalf("an empty tiered account: %+v (tiers %+v), full: %v", f, info.Tiers, accountStoreFull(info))
 	}
 	body := make([]byte, 16<<10)
