@@ -1,0 +1,101 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderly-dev/orderly/internal/jsstore"
+	"github.com/orderly-dev/orderly/internal/orderlytest"
+	"github.com/orderly-dev/orderly/internal/server"
+)
+
+// TestOperatorModeNATS: orderly against a nats-server in operator mode
+// (accounts and users as JWTs, as hosted NATS runs it), connecting with a
+// .creds file (--nats-creds): setup makes the topology, an order is created
+// and replayed. The account's JetStream limits are tiered (one per replica
+// count, none of the account's own): when something else of the account
+// fills its R1 tier, orderly is not ready, naming the tier, and answers new
+// orders 503; once there is room again it is ready and takes orders. On the
+// code before the tiers were read it stayed ready at the tier's limit.
+func TestOperatorModeNATS(t *testing.T) {
+	t.Parallel()
+	const limit = 8 << 20
+	url, credsFile := orderlytest.OperatorNATS(t, jwt.JetStreamTieredLimits{
+		"R1": {DiskStorage: limit, MemoryStorage: -1, Streams: -1, Consumer: -1},
+	})
+	creds := jsstore.Credentials{CredsFile: credsFile}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := server.Setup(ctx, server.SetupConfig{Connect: jsstore.ConnectConfig{URL: url, Credentials: creds},
+		Topology: jsstore.DefaultTopology(), StartupTimeout: time.Minute}, orderlytest.Logger()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := orderlytest.Config(t)
+	cfg.NATSURL, cfg.Credentials = url, creds
+	inst := orderlytest.Start(t, cfg)
+	if r := inst.PostOrder(t, "op-1", orderlytest.Order("c-op"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+		t.Fatalf("an order: %d %s", r.Status, r.Body)
+	}
+	if r := inst.PostOrder(t, "op-1", orderlytest.Order("c-op")); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("its retry: %d %s", r.Status, r.Body)
+	}
+	if got := inst.Metric(t, "orderly_account_store_limit_bytes"); got != limit {
+		t.Fatalf("the tier's limit reported as %v, want %d", got, limit)
+	}
+
+	// Another stream of the account fills the tier.
+	nc, err := nats.Connect(url, nats.UserCredentials(credsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill.>"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In large writes, then in small ones up to the last byte: a command
+	// (some 600 bytes) would fit in what a large write leaves.
+	for _, size := range []int{64 << 10, 64} {
+		body := make([]byte, size)
+		for i := 0; ; i++ {
+			if _, err := js.Publish(ctx, fmt.Sprintf("fill.%d.%d", size, i), body); err != nil {
+				var apiErr *jetstream.APIError
+				if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10002 {
+					t.Fatalf("write %d of %d bytes refused with %v, want 10002 (resource limits exceeded for account)", i, size, err)
+				}
+				break
+			}
+			if i > 2*limit/size {
+				t.Fatalf("%d writes of %d bytes taken by a tier of %d", i, size, limit)
+			}
+		}
+	}
+	orderlytest.Eventually(t, 30*time.Second, "not ready, naming the tier", func() bool {
+		r, ok := readyz(inst.URL)
+		return !ok && strings.Contains(string(r.Body), "tier R1")
+	})
+	if r := inst.PostOrder(t, "op-2", orderlytest.Order("c-op"), "Prefer: respond-async"); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("a new order with the tier full: %d %s", r.Status, r.Body)
+	}
+
+	if err := js.DeleteStream(ctx, fill.CachedInfo().Config.Name); err != nil {
+		t.Fatal(err)
+	}
+	orderlytest.Eventually(t, 30*time.Second, "ready once there is room", func() bool { _, ok := readyz(inst.URL); return ok })
+	if r := inst.PostOrder(t, "op-3", orderlytest.Order("c-op"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+		t.Fatalf("an order once there is room: %d %s", r.Status, r.Body)
+	}
+}
