@@ -132,7 +132,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	if tcfg.Version == "" {
 		tcfg.Version = cfg.Version
 	}
-	if s.tracing, err = tracing.Start(ctx, tcfg); err != nil {
+	if s.tracing, err = tracing.Start(ctx, tcfg, logger); err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	s.tracer = s.tracing.Tracer("github.com/orderly-dev/orderly")

@@ -15,10 +15,15 @@ package tracing
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
+	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -53,16 +58,31 @@ type Provider struct {
 
 // Validate reports what is wrong with cfg.
 func (cfg Config) Validate() error {
+	var errs []error
 	if !(cfg.SampleRatio >= 0 && cfg.SampleRatio <= 1) { // NaN too
-		return fmt.Errorf("trace sample ratio must be from 0 to 1, got %v", cfg.SampleRatio)
+		errs = append(errs, fmt.Errorf("trace sample ratio must be from 0 to 1, got %v", cfg.SampleRatio))
 	}
-	return nil
+	if cfg.Endpoint != "" {
+		// localhost:4318 was taken, and every export then failed ("no Host
+		// in request URL"): the scheme is read as what precedes the colon.
+		u, err := url.Parse(cfg.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("OTLP endpoint %q: want an http or https URL with a host, such as http://localhost:4318", cfg.Endpoint))
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// Start returns the provider of cfg; Shutdown flushes it.
-func Start(ctx context.Context, cfg Config) (*Provider, error) {
+// Start returns the provider of cfg; Shutdown flushes it. A span export
+// that fails (the collector down or refusing) is logged to logger, at most
+// once a minute with the number of failures since; OpenTelemetry wrote it
+// to the standard logger, outside the process's log format.
+func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if logger != nil {
+		otel.SetErrorHandler(&exportErrors{logger: logger, every: time.Minute})
 	}
 	exp := cfg.Exporter
 	if exp == nil && cfg.Endpoint != "" {
@@ -83,6 +103,32 @@ func Start(ctx context.Context, cfg Config) (*Provider, error) {
 			sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)))
 	}
 	return &Provider{tp: sdktrace.NewTracerProvider(opts...)}, nil
+}
+
+// exportErrors logs OpenTelemetry's errors (failed exports) at most once per
+// every: the first at once, then the last of each period with the count.
+type exportErrors struct {
+	logger *slog.Logger
+	every  time.Duration
+
+	mu         sync.Mutex
+	last       time.Time // when one was last logged
+	suppressed int
+}
+
+func (e *exportErrors) Handle(err error) {
+	e.mu.Lock()
+	now := time.Now()
+	if !e.last.IsZero() && now.Sub(e.last) < e.every {
+		e.suppressed++
+		e.mu.Unlock()
+		return
+	}
+	n := e.suppressed
+	e.last, e.suppressed = now, 0
+	e.mu.Unlock()
+	e.logger.Warn("tracing: spans not exported (the OTLP endpoint did not take them); requests are not affected",
+		"err", err, "failures_not_logged", n, "logged_at_most_every", e.every)
 }
 
 // Tracer is a tracer of the provider; a nil Provider gives one that records
