@@ -278,7 +278,7 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 		}
 		if last := nc.LastError(); IsAuthError(last) {
 			nc.Close()
-			return nil, fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %w", Redact(url), last, ErrCredentials)
+			return nil, cfg.Credentials.refused(url, last)
 		} else if err := tlsRefusal(last, cfg.Credentials.CAFile); err != nil {
 			if refusal == nil {
 				refused = time.Now()
@@ -304,8 +304,26 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 
 // ErrCredentials says that NATS refused who orderly connected as: no
 // credentials, unknown ones, or a user without the rights to connect. Waiting
-// does not help, so Connect returns it at once.
-var ErrCredentials = errors.New("pass the user's nkey seed with --nats-nkey (orderly serve and orderly credentials init write one per user) or --nats-creds")
+// does not help, so Connect returns it at once, with what to pass instead.
+var ErrCredentials = errors.New("NATS refused the credentials")
+
+// refused is the error of a connection to url that NATS refused (err) for
+// c: what to pass, for the kind of credentials given. A user and password
+// was told to pass an nkey seed.
+func (c Credentials) refused(url string, err error) error {
+	var hint string
+	switch {
+	case c.User != "" || c.Password != "":
+		hint = fmt.Sprintf("the server knows no user %q with that password: check --nats-user and --nats-password (or ORDERLY_NATS_PASSWORD)", c.User)
+	case c.CredsFile != "":
+		hint = fmt.Sprintf("the server does not take the JWT of %s (--nats-creds): a user of an account it trusts, not expired or revoked", c.CredsFile)
+	case c.NkeyFile != "":
+		hint = fmt.Sprintf("the server does not know the key of %s (--nats-nkey): give the seed of the role's user (orderly serve and orderly credentials init write one per user), and load the accounts file of the same credentials into every NATS node", c.NkeyFile)
+	default:
+		hint = "pass the user's nkey seed with --nats-nkey (orderly serve and orderly credentials init write one per user), a .creds file with --nats-creds, or --nats-user and --nats-password"
+	}
+	return fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %s: %w", Redact(url), err, hint, ErrCredentials)
+}
 
 // IsAuthError tells whether err is NATS refusing a connection's credentials.
 func IsAuthError(err error) bool {
@@ -327,7 +345,7 @@ func Dial(url string, creds Credentials, name string) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second), nats.ErrorHandler(toolAsyncError)}, auth...)...)
 	if IsAuthError(err) {
-		return nil, fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %w", Redact(url), err, ErrCredentials)
+		return nil, creds.refused(url, err)
 	}
 	if refusal := tlsRefusal(err, creds.CAFile); refusal != nil {
 		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(url), refusal)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,6 +18,54 @@ import (
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 )
+
+// TestPasswordNATS: orderly against a nats-server of your own whose users
+// have a name and a password (--nats-user, --nats-password), which had no
+// test: setup makes the topology and an order is created and replayed; a
+// wrong password stops the process at start, naming the flags to check (it
+// said to pass an nkey seed).
+func TestPasswordNATS(t *testing.T) {
+	t.Parallel()
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+		Users: []*natsserver.User{{Username: "orderly", Password: "s3cret-pass"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	creds := jsstore.Credentials{User: "orderly", Password: "s3cret-pass"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := server.Setup(ctx, server.SetupConfig{Connect: jsstore.ConnectConfig{URL: ns.ClientURL(), Credentials: creds},
+		Topology: jsstore.DefaultTopology(), StartupTimeout: time.Minute}, orderlytest.Logger()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := orderlytest.Config(t)
+	cfg.NATSURL, cfg.Credentials = ns.ClientURL(), creds
+	inst := orderlytest.Start(t, cfg)
+	if r := inst.PostOrder(t, "pw-1", orderlytest.Order("c-pw"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+		t.Fatalf("an order: %d %s", r.Status, r.Body)
+	}
+	if r := inst.PostOrder(t, "pw-1", orderlytest.Order("c-pw")); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("its retry: %d %s", r.Status, r.Body)
+	}
+
+	bad := orderlytest.Config(t)
+	bad.NATSURL, bad.Credentials = ns.ClientURL(), jsstore.Credentials{User: "orderly", Password: "wr0ng-Pa55"}
+	bad.StartupTimeout = 10 * time.Second
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	if s, err := server.Start(sctx, bad, orderlytest.Logger()); err == nil {
+		s.Shutdown(sctx)
+		t.Fatal("started with a wrong password")
+	} else if !errors.Is(err, jsstore.ErrCredentials) || !strings.Contains(err.Error(), "--nats-user and --nats-password") || strings.Contains(err.Error(), "wr0ng-Pa55") {
+		// It said to pass an nkey seed (--nats-nkey), whatever was given.
+		t.Errorf("a wrong password: %v; want a refusal that names the flags given, not the password", err)
+	}
+}
 
 // TestOperatorModeNATS: orderly against a nats-server in operator mode
 // (accounts and users as JWTs, as hosted NATS runs it), connecting with a
