@@ -305,7 +305,7 @@ func Connect(ctx context.Context, cfg ConnectConfig, logger *slog.Logger) (*nats
 // ErrCredentials says that NATS refused who orderly connected as: no
 // credentials, unknown ones, or a user without the rights to connect. Waiting
 // does not help, so Connect returns it at once, with what to pass instead.
-var ErrCredentials = errors.New("NATS refused the credentials")
+var ErrCredentials = errors.New("the server refused the credentials")
 
 // refused is the error of a connection to url that NATS refused (err) for
 // c: what to pass, for the kind of credentials given. A user and password
@@ -322,7 +322,7 @@ func (c Credentials) refused(url string, err error) error {
 	default:
 		hint = "pass the user's nkey seed with --nats-nkey (orderly serve and orderly credentials init write one per user), a .creds file with --nats-creds, or --nats-user and --nats-password"
 	}
-	return fmt.Errorf("connect to NATS %s: the server refused the credentials (%v): %s: %w", Redact(url), err, hint, ErrCredentials)
+	return fmt.Errorf("connect to NATS %s: %w (%v): %s", Redact(url), ErrCredentials, err, hint)
 }
 
 // IsAuthError tells whether err is NATS refusing a connection's credentials.
