@@ -18,6 +18,7 @@ import (
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 
+	"github.com/orderly-dev/orderly/api"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsserver"
 	"github.com/orderly-dev/orderly/internal/ops"
@@ -512,9 +513,26 @@ func printableTenant(t string) bool {
 	return true
 }
 
-// parseTokens parses the tokens file read from path (named in errors).
+// parseTokens parses the tokens file read from path (named in errors) into
+// the APIs' map of token to tenant.
 func parseTokens(path string, b []byte) (map[string]string, error) {
-	tokens := make(map[string]string)
+	lines, err := parseTokenLines(path, b)
+	if err != nil {
+		return nil, err
+	}
+	tokens := make(map[string]string, len(lines))
+	for _, l := range lines {
+		tokens[l.token] = l.Tenant
+	}
+	return tokens, nil
+}
+
+// parseTokenLines parses the tokens file read from path (named in errors)
+// into its tokens, in the order of its lines; a file without one is
+// errNoTokens.
+func parseTokenLines(path string, b []byte) ([]tokenLine, error) {
+	var lines []tokenLine
+	tenantOf := make(map[string]string)
 	// A byte order mark, which editors on Windows write, made the first
 	// tenant another one ("\ufefft1"), whose keys keys get --tenant t1
 	// did not find.
@@ -534,15 +552,16 @@ func parseTokens(path string, b []byte) (map[string]string, error) {
 		if len(fields[1]) < MinTokenLength {
 			return nil, fmt.Errorf("tokens file %s line %d: the token of tenant %s has %d characters, fewer than %d, and could be guessed: use a random one (orderly tokens add %s --tokens-file %s adds one)", path, n+1, fields[0], len(fields[1]), MinTokenLength, fields[0], path)
 		}
-		if prev, dup := tokens[fields[1]]; dup {
+		if prev, dup := tenantOf[fields[1]]; dup {
 			return nil, fmt.Errorf("tokens file %s line %d: token already used by tenant %s", path, n+1, prev)
 		}
-		tokens[fields[1]] = fields[0]
+		tenantOf[fields[1]] = fields[0]
+		lines = append(lines, tokenLine{Tenant: fields[0], ID: api.TokenID(fields[1]), Line: n + 1, token: fields[1]})
 	}
-	if len(tokens) == 0 {
+	if len(lines) == 0 {
 		return nil, fmt.Errorf("tokens file %s %w", path, errNoTokens)
 	}
-	return tokens, nil
+	return lines, nil
 }
 
 // parseBytes parses a size such as 512MiB, 1GiB, 400MB or 1048576.

@@ -46,7 +46,7 @@ func (c *TokensAddCmd) Run() error {
 	if w := tokensFileWarning(c.File); w != "" {
 		fmt.Fprintln(os.Stderr, "warning:", w)
 	}
-	fmt.Fprintf(os.Stderr, "added a token for tenant %s to %s (ID %s, for tokens remove); send the APIs SIGHUP (kill -HUP) to take it in. The token, for the client's Authorization: Bearer header:\n", c.Tenant, c.File, tokenID(token))
+	fmt.Fprintf(os.Stderr, "added a token for tenant %s to %s (ID %s, for tokens remove); send the APIs SIGHUP (kill -HUP) to take it in. The token, for the client's Authorization: Bearer header:\n", c.Tenant, c.File, api.TokenID(token))
 	fmt.Println(token)
 	return nil
 }
@@ -111,9 +111,6 @@ func addToken(path, tenant string, random io.Reader) (string, error) {
 	return token, nil
 }
 
-// tokenID names a token without showing it, as the APIs' logs do.
-func tokenID(token string) string { return api.TokenID(token) }
-
 // lockTokensFile holds a lock beside path (".NAME.lock", made if missing)
 // until the returned function is called, so that a tokens add and a tokens
 // remove at the same time do not lose what the other wrote: remove writes
@@ -151,15 +148,9 @@ func readTokenLines(path string) ([]byte, []tokenLine, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("tokens file: %w", err)
 	}
-	if _, err := parseTokens(path, b); err != nil {
+	lines, err := parseTokenLines(path, b)
+	if err != nil {
 		return nil, nil, err
-	}
-	var lines []tokenLine
-	for n, line := range strings.Split(string(bytes.TrimPrefix(b, []byte(byteOrderMark))), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && !strings.HasPrefix(f[0], "#") {
-			lines = append(lines, tokenLine{Tenant: f[0], ID: tokenID(f[1]), Line: n + 1, token: f[1]})
-		}
 	}
 	return b, lines, nil
 }

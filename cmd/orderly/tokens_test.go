@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/orderly-dev/orderly/api"
 )
 
 // TestTokensRemove: tokens are removed by the ID tokens add prints and
@@ -33,7 +35,7 @@ func TestTokensRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []tokenLine{{"acme", tokenID(a1), 3, a1}, {"acme", tokenID(a2), 4, a2}, {"bolt", tokenID(b1), 5, b1}}
+	want := []tokenLine{{"acme", api.TokenID(a1), 3, a1}, {"acme", api.TokenID(a2), 4, a2}, {"bolt", api.TokenID(b1), 5, b1}}
 	if fmt.Sprint(lines) != fmt.Sprint(want) {
 		t.Fatalf("listed %v, want %v", lines, want)
 	}
@@ -52,9 +54,9 @@ func TestTokensRemove(t *testing.T) {
 	}{
 		{nil, "", "name the tokens to remove"},
 		{[]string{"0badc0de"}, "", `no token of ID "0badc0de"`},
-		{[]string{tokenID(a1), "0badc0de"}, "", `no token of ID "0badc0de"`},
+		{[]string{api.TokenID(a1), "0badc0de"}, "", `no token of ID "0badc0de"`},
 		{nil, "nobody", `no token of tenant "nobody"`},
-		{[]string{tokenID(b1)}, "acme", "its every token"},
+		{[]string{api.TokenID(b1)}, "acme", "its every token"},
 	} {
 		if _, err := removeTokens(path, tc.ids, tc.tenant); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("remove %v --tenant %q: %v, want %q", tc.ids, tc.tenant, err, tc.err)
@@ -63,9 +65,9 @@ func TestTokensRemove(t *testing.T) {
 	}
 
 	// By ID, as tokens add printed it or in capitals.
-	removed, err := removeTokens(path, []string{strings.ToUpper(tokenID(a1))}, "")
+	removed, err := removeTokens(path, []string{strings.ToUpper(api.TokenID(a1))}, "")
 	if err != nil || len(removed) != 1 || removed[0].token != a1 || removed[0].Line != 3 {
-		t.Fatalf("remove %s: %v, %v", tokenID(a1), removed, err)
+		t.Fatalf("remove %s: %v, %v", api.TokenID(a1), removed, err)
 	}
 	wantFile := head + "acme " + a2 + "\nbolt " + b1 + "\n# end\n"
 	if got := string(must(os.ReadFile(path))); got != wantFile {
@@ -98,18 +100,18 @@ func TestTokensRemoveAmbiguousID(t *testing.T) {
 	var x, y string
 	for i := 0; x == ""; i++ {
 		tok := fmt.Sprintf("collide-%016d", i)
-		if other, ok := seen[tokenID(tok)]; ok {
+		if other, ok := seen[api.TokenID(tok)]; ok {
 			x, y = other, tok
 		}
-		seen[tokenID(tok)] = tok
+		seen[api.TokenID(tok)] = tok
 	}
 	path := filepath.Join(t.TempDir(), "tokens")
 	content := "a " + x + "\nb " + y + "\nc " + strings.Repeat("z", 32) + "\n"
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := removeTokens(path, []string{tokenID(x)}, ""); err == nil || !strings.Contains(err.Error(), "names 2 tokens (lines 1 and 2)") {
-		t.Errorf("remove %s: %v", tokenID(x), err)
+	if _, err := removeTokens(path, []string{api.TokenID(x)}, ""); err == nil || !strings.Contains(err.Error(), "names 2 tokens (lines 1 and 2)") {
+		t.Errorf("remove %s: %v", api.TokenID(x), err)
 	}
 	if got := string(must(os.ReadFile(path))); got != content {
 		t.Errorf("the file changed: %q", got)
@@ -134,7 +136,7 @@ func TestTokensAddAndRemoveAtOnce(t *testing.T) {
 	}
 	for _, tok := range gone {
 		wg.Go(func() {
-			if _, err := removeTokens(path, []string{tokenID(tok)}, ""); err != nil {
+			if _, err := removeTokens(path, []string{api.TokenID(tok)}, ""); err != nil {
 				t.Error(err)
 			}
 		})
@@ -162,7 +164,7 @@ func TestTokensRemoveKeepsLineEndings(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# shop\r\nacme "+a+"\r\nbolt "+b+"\r\ncore "+c), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := removeTokens(path, []string{tokenID(b)}, ""); err != nil {
+	if _, err := removeTokens(path, []string{api.TokenID(b)}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := string(must(os.ReadFile(path))), "# shop\r\nacme "+a+"\r\ncore "+c; got != want {

@@ -36,22 +36,7 @@ func TestPasswordNATS(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	creds := jsstore.Credentials{User: "orderly", Password: "s3cret-pass"}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := server.Setup(ctx, server.SetupConfig{Connect: jsstore.ConnectConfig{URL: ns.ClientURL(), Credentials: creds},
-		Topology: jsstore.DefaultTopology(), StartupTimeout: time.Minute}, orderlytest.Logger()); err != nil {
-		t.Fatal(err)
-	}
-	cfg := orderlytest.Config(t)
-	cfg.NATSURL, cfg.Credentials = ns.ClientURL(), creds
-	inst := orderlytest.Start(t, cfg)
-	if r := inst.PostOrder(t, "pw-1", orderlytest.Order("c-pw"), "Prefer: wait=10"); r.Status != http.StatusCreated {
-		t.Fatalf("an order: %d %s", r.Status, r.Body)
-	}
-	if r := inst.PostOrder(t, "pw-1", orderlytest.Order("c-pw")); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("its retry: %d %s", r.Status, r.Body)
-	}
+	startOnOwnNATS(t, ns.ClientURL(), jsstore.Credentials{User: "orderly", Password: "s3cret-pass"})
 
 	bad := orderlytest.Config(t)
 	bad.NATSURL, bad.Credentials = ns.ClientURL(), jsstore.Credentials{User: "orderly", Password: "wr0ng-Pa55"}
@@ -81,22 +66,9 @@ func TestOperatorModeNATS(t *testing.T) {
 	url, credsFile := orderlytest.OperatorNATS(t, jwt.JetStreamTieredLimits{
 		"R1": {DiskStorage: limit, MemoryStorage: -1, Streams: -1, Consumer: -1},
 	})
-	creds := jsstore.Credentials{CredsFile: credsFile}
+	inst := startOnOwnNATS(t, url, jsstore.Credentials{CredsFile: credsFile})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := server.Setup(ctx, server.SetupConfig{Connect: jsstore.ConnectConfig{URL: url, Credentials: creds},
-		Topology: jsstore.DefaultTopology(), StartupTimeout: time.Minute}, orderlytest.Logger()); err != nil {
-		t.Fatal(err)
-	}
-	cfg := orderlytest.Config(t)
-	cfg.NATSURL, cfg.Credentials = url, creds
-	inst := orderlytest.Start(t, cfg)
-	if r := inst.PostOrder(t, "op-1", orderlytest.Order("c-op"), "Prefer: wait=10"); r.Status != http.StatusCreated {
-		t.Fatalf("an order: %d %s", r.Status, r.Body)
-	}
-	if r := inst.PostOrder(t, "op-1", orderlytest.Order("c-op")); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("its retry: %d %s", r.Status, r.Body)
-	}
 	if got := inst.Metric(t, "orderly_account_store_limit_bytes"); got != limit {
 		t.Fatalf("the tier's limit reported as %v, want %d", got, limit)
 	}
@@ -147,4 +119,26 @@ func TestOperatorModeNATS(t *testing.T) {
 	if r := inst.PostOrder(t, "op-3", orderlytest.Order("c-op"), "Prefer: wait=10"); r.Status != http.StatusCreated {
 		t.Fatalf("an order once there is room: %d %s", r.Status, r.Body)
 	}
+}
+
+// startOnOwnNATS runs orderly setup with creds on the NATS at url, starts
+// orderly there with them, and has it create an order and replay it.
+func startOnOwnNATS(t *testing.T, url string, creds jsstore.Credentials) *orderlytest.Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := server.Setup(ctx, server.SetupConfig{Connect: jsstore.ConnectConfig{URL: url, Credentials: creds},
+		Topology: jsstore.DefaultTopology(), StartupTimeout: time.Minute}, orderlytest.Logger()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := orderlytest.Config(t)
+	cfg.NATSURL, cfg.Credentials = url, creds
+	inst := orderlytest.Start(t, cfg)
+	if r := inst.PostOrder(t, "own-1", orderlytest.Order("c-own"), "Prefer: wait=10"); r.Status != http.StatusCreated {
+		t.Fatalf("an order: %d %s", r.Status, r.Body)
+	}
+	if r := inst.PostOrder(t, "own-1", orderlytest.Order("c-own")); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("its retry: %d %s", r.Status, r.Body)
+	}
+	return inst
 }
