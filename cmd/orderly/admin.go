@@ -280,7 +280,7 @@ func (c *BackupCmd) Run(g *globals) error {
 	}
 	defer nc.Close()
 	bars := newStreamBars()
-	m, err := admin.Backup(g.ctx, nc, c.Dir, bars.update)
+	m, err := admin.Backup(g.ctx, nc, c.JSDomain, c.Dir, bars.update)
 	bars.finish(err == nil)
 	if err != nil {
 		return err
@@ -320,7 +320,7 @@ func (c *RestoreCmd) Run(g *globals) error {
 	}
 	defer nc.Close()
 	bars := newStreamBars()
-	m, done, err := admin.Restore(g.ctx, nc, c.Dir, c.Replicas, bars.update)
+	m, done, err := admin.Restore(g.ctx, nc, c.JSDomain, c.Dir, c.Replicas, bars.update)
 	bars.finish(err == nil)
 	for _, r := range done {
 		what := "restored"

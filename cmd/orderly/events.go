@@ -273,7 +273,7 @@ func (t ToolNATS) connectJS(name string) (jetstream.JetStream, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := jsstore.JetStreamIn(nc, t.JSDomain)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

@@ -34,11 +34,12 @@ type CredFlags struct {
 	CAFile    string `name:"nats-ca" env:"ORDERLY_NATS_CA" type:"path" help:"PEM file of the CA(s) that signed the NATS servers' TLS certificates: the connection then requires TLS (also with nats:// URLs) and trusts these CAs only; read again at every reconnect. For NATS reached over a network you do not control (docs/security.md)."`
 	CertFile  string `name:"nats-cert" env:"ORDERLY_NATS_CERT" type:"path" help:"PEM client certificate to present to NATS servers that ask for one (tls { verify: true }), with --nats-key; read again at every reconnect. orderly's own cluster does not ask: the nkeys authenticate."`
 	KeyFile   string `name:"nats-key" env:"ORDERLY_NATS_KEY" type:"path" help:"PEM key of --nats-cert."`
+	JSDomain  string `name:"nats-js-domain" env:"ORDERLY_NATS_JS_DOMAIN" help:"JetStream domain of orderly's streams, when it is not the connected server's: a leaf node with a JetStream of its own reaches its hub's domain this way. Empty: the connected server's JetStream. Not with the embedded server."`
 }
 
 func (c CredFlags) credentials() jsstore.Credentials {
 	return jsstore.Credentials{NkeyFile: c.NkeyFile, CredsFile: c.CredsFile, User: c.User, Password: c.Password, CAFile: c.CAFile,
-		CertFile: c.CertFile, KeyFile: c.KeyFile}
+		CertFile: c.CertFile, KeyFile: c.KeyFile, JSDomain: c.JSDomain}
 }
 
 // NATSFlags locate NATS for the roles.

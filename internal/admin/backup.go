@@ -53,12 +53,13 @@ type Progress func(stream string, done, total uint64)
 // manifest before Backup returns, so that a power loss after it leaves the
 // whole backup (filesync). Taken while
 // orderly runs, each stream is a consistent snapshot of itself, which the
-// manifest counts; the streams are taken one after the other.
-func Backup(ctx context.Context, nc *nats.Conn, dir string, progress Progress) (Manifest, error) {
+// manifest counts; the streams are taken one after the other. domain is
+// the JetStream domain of orderly's streams (empty: the connected server's).
+func Backup(ctx context.Context, nc *nats.Conn, domain, dir string, progress Progress) (Manifest, error) {
 	if err := CheckBackupDir(dir); err != nil {
 		return Manifest{}, err
 	}
-	mgr, err := jsm.New(nc, jsm.WithTimeout(30*time.Second))
+	mgr, err := manager(nc, domain)
 	if err != nil {
 		return Manifest{}, err
 	}
@@ -184,4 +185,14 @@ func reporter(progress Progress, stream string) (report func(done, total uint64)
 		mu.Unlock()
 	}
 	return report, stop
+}
+
+// manager is a jsm manager on nc for the JetStream of domain (empty: the
+// connected server's).
+func manager(nc *nats.Conn, domain string) (*jsm.Manager, error) {
+	opts := []jsm.Option{jsm.WithTimeout(30 * time.Second)}
+	if domain != "" {
+		opts = append(opts, jsm.WithDomain(domain))
+	}
+	return jsm.New(nc, opts...)
 }

@@ -77,7 +77,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 
 	dir := filepath.Join(t.TempDir(), "backup") // made by the backup
 	var reported bool
-	m, err := admin.Backup(ctx, operatorConn(t, url, creds), dir, func(string, uint64, uint64) { reported = true })
+	m, err := admin.Backup(ctx, operatorConn(t, url, creds), "", dir, func(string, uint64, uint64) { reported = true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 			})
 		}, `the backup of ORDER_COMMANDS is refused: its consumer "processor" pushes messages to "leak.commands"`},
 	} {
-		if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), damaged(tc.change), 0, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), "", damaged(tc.change), 0, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("a restore of a backup %s: %v, want %q", tc.name, err, tc.want)
 		}
 		assertStreams(t, operatorConn(t, url2, creds), func(name string, st *jetstream.StreamState) string {
@@ -225,12 +225,12 @@ func TestBackupRestoreDrill(t *testing.T) {
 	} else if err := c.Delete(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := admin.Restore(ctx, withoutConsumer.NatsConn(), dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS: the stream exists and holds messages") {
+	if _, _, err := admin.Restore(ctx, withoutConsumer.NatsConn(), "", dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS: the stream exists and holds messages") {
 		t.Fatalf("a restore over a restored stream without its consumer: %v", err)
 	}
 	mgr := restoredFirst()
 	url3 := mgr.NatsConn().ConnectedUrl()
-	if _, done, err := admin.Restore(ctx, operatorConn(t, url3, creds), dir, 0, nil); err != nil {
+	if _, done, err := admin.Restore(ctx, operatorConn(t, url3, creds), "", dir, 0, nil); err != nil {
 		t.Fatalf("a restore run again after it stopped: %v", err)
 	} else if len(done) != 4 || done[0] != (admin.Restored{Stream: "ORDER_COMMANDS", Messages: m.Streams[0].Messages, Replicas: 1, Kept: true}) ||
 		done[1].Stream != "ORDER_EVENTS" || done[1].Kept || done[1].Messages != m.Streams[1].Messages {
@@ -238,10 +238,10 @@ func TestBackupRestoreDrill(t *testing.T) {
 	}
 	assertStreams(t, operatorConn(t, url3, creds), asInManifest(m))
 
-	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), "", dir, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), "", dir, 0, nil); err != nil {
 		t.Fatalf("the same restore again, over what it restored: %v", err)
 	}
 	assertStreams(t, operatorConn(t, url2, creds), asInManifest(m))
@@ -272,7 +272,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 		}
 	}
 	again.Stop(t)
-	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err == nil || !strings.Contains(err.Error(), "holds messages") {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), "", dir, 0, nil); err == nil || !strings.Contains(err.Error(), "holds messages") {
 		t.Fatalf("a restore over streams that took orders since: %v", err)
 	}
 }
@@ -365,14 +365,14 @@ func TestRestoreRefusesBeforeItDeletes(t *testing.T) {
 	ctx := context.Background()
 	_, nc, js := setUpNATS(t)
 	dir := filepath.Join(t.TempDir(), "backup")
-	m, err := admin.Backup(ctx, nc, dir, nil)
+	m, err := admin.Backup(ctx, nc, "", dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := js.Publish(ctx, "orders.dlq.create", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS_DLQ: the stream exists and holds messages") {
+	if _, _, err := admin.Restore(ctx, nc, "", dir, 0, nil); err == nil || !strings.Contains(err.Error(), "ORDER_COMMANDS_DLQ: the stream exists and holds messages") {
 		t.Fatalf("a restore over a dead letter: %v", err)
 	}
 	assertStreams(t, nc, func(name string, st *jetstream.StreamState) string {
@@ -429,13 +429,13 @@ func TestBackupWhileOrdersArrive(t *testing.T) {
 		return err == nil && s.CachedInfo().State.Msgs > 1000
 	})
 	dir := filepath.Join(t.TempDir(), "backup")
-	m, err := admin.Backup(ctx, nc, dir, nil)
+	m, err := admin.Backup(ctx, nc, "", dir, nil)
 	close(stop)
 	if n := <-published; err != nil || n == 0 {
 		t.Fatalf("backup: %v (%d published)", err, n)
 	}
 	url2, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
-	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), dir, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, url2, creds), "", dir, 0, nil); err != nil {
 		t.Fatalf("the restore of a backup taken while commands arrived: %v", err)
 	}
 	assertStreams(t, operatorConn(t, url2, creds), asInManifest(m))
@@ -468,7 +468,7 @@ func TestRestoreTakesOnlyOrderlysStreams(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, admin.ManifestFile), []byte(manifest), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), admin.ManifestFile) {
+		if _, _, err := admin.Restore(ctx, nc, "", dir, 0, nil); err == nil || !strings.Contains(err.Error(), admin.ManifestFile) {
 			t.Errorf("%s: restore answered %v, want the manifest refused", name, err)
 		}
 	}
@@ -483,7 +483,7 @@ func TestRestoreTakesOnlyOrderlysStreams(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, admin.ManifestFile), []byte(`{"streams":[{"name":"ORDER_COMMANDS"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := admin.Restore(ctx, nc, dir, 0, nil); err == nil || !strings.Contains(err.Error(), "not a complete backup") {
+	if _, _, err := admin.Restore(ctx, nc, "", dir, 0, nil); err == nil || !strings.Contains(err.Error(), "not a complete backup") {
 		t.Fatalf("a backup without its snapshot: %v", err)
 	}
 	if _, err := js.Stream(ctx, "ORDER_COMMANDS"); err != nil {
@@ -520,7 +520,7 @@ func TestBackupRefusesADirectoryWithOtherFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := admin.Backup(context.Background(), nil, dir, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := admin.Backup(context.Background(), nil, "", dir, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
@@ -556,7 +556,7 @@ func TestRestoreAcrossReplicas(t *testing.T) {
 		}
 	}
 	fromCluster := filepath.Join(t.TempDir(), "r3")
-	if _, err := admin.Backup(ctx, nc, fromCluster, nil); err != nil {
+	if _, err := admin.Backup(ctx, nc, "", fromCluster, nil); err != nil {
 		t.Fatal(err)
 	}
 	restoredAt := func(nc *nats.Conn, replicas int) {
@@ -594,17 +594,17 @@ func TestRestoreAcrossReplicas(t *testing.T) {
 	}
 
 	single, _ := orderlytest.ExternalNATS(t, t.TempDir(), orderlytest.FreePort(t), creds)
-	if _, _, err := admin.Restore(ctx, operatorConn(t, single, creds), fromCluster, 3, nil); err == nil || !strings.Contains(err.Error(), "3 replicas need a NATS cluster") {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, single, creds), "", fromCluster, 3, nil); err == nil || !strings.Contains(err.Error(), "3 replicas need a NATS cluster") {
 		t.Fatalf("a restore with --replicas 3 into a single server: %v", err)
 	}
 	orderlytest.Setup(t, single, creds, 0)
-	if _, _, err := admin.Restore(ctx, operatorConn(t, single, creds), fromCluster, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, single, creds), "", fromCluster, 0, nil); err != nil {
 		t.Fatalf("a cluster's backup into a single server: %v", err)
 	}
 	restoredAt(operatorConn(t, single, creds), 1)
 
 	fromSingle := filepath.Join(t.TempDir(), "r1")
-	if _, err := admin.Backup(ctx, operatorConn(t, single, creds), fromSingle, nil); err != nil {
+	if _, err := admin.Backup(ctx, operatorConn(t, single, creds), "", fromSingle, nil); err != nil {
 		t.Fatal(err)
 	}
 	ports2 := orderlytest.ClusterPorts(t, 3)
@@ -622,7 +622,7 @@ func TestRestoreAcrossReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := admin.Restore(ctx, operatorConn(t, ports2.URLs(), creds), fromSingle, 0, nil); err != nil {
+	if _, _, err := admin.Restore(ctx, operatorConn(t, ports2.URLs(), creds), "", fromSingle, 0, nil); err != nil {
 		t.Fatalf("a single server's backup into a cluster: %v", err)
 	}
 	restoredAt(operatorConn(t, ports2.URLs(), creds), 3)
@@ -639,7 +639,7 @@ func TestRestoreBoundsWhatItReadsWhole(t *testing.T) {
 	ctx := context.Background()
 	_, nc, _ := setUpNATS(t)
 	dir := filepath.Join(t.TempDir(), "backup")
-	if _, err := admin.Backup(ctx, nc, dir, nil); err != nil {
+	if _, err := admin.Backup(ctx, nc, "", dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	const huge = 256 << 20
@@ -710,7 +710,7 @@ func TestRestoreBoundsWhatItReadsWhole(t *testing.T) {
 		tc.change(d)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, _, err := admin.Restore(ctx, nc, d, 0, nil)
+		_, _, err := admin.Restore(ctx, nc, "", d, 0, nil)
 		runtime.ReadMemStats(&after)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
@@ -769,7 +769,7 @@ func TestRestoreAfterAStalledOne(t *testing.T) {
 		}
 	}
 	dir := filepath.Join(t.TempDir(), "backup")
-	if _, err := admin.Backup(ctx, nc, dir, nil); err != nil {
+	if _, err := admin.Backup(ctx, nc, "", dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	s, err := js.Stream(ctx, dlq)
@@ -790,7 +790,7 @@ func TestRestoreAfterAStalledOne(t *testing.T) {
 		t.Fatalf("a restore that sends nothing: %v %s", err, resp.Data)
 	}
 	began := time.Now()
-	_, done, err := admin.Restore(ctx, nc, dir, 0, nil)
+	_, done, err := admin.Restore(ctx, nc, "", dir, 0, nil)
 	if err != nil {
 		t.Fatalf("restore beside a stalled one: %v", err)
 	}

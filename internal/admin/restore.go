@@ -66,12 +66,16 @@ func ReadManifest(dir string) (m Manifest, err error) {
 // cluster. So a backup of a single
 // `orderly serve` restores into a cluster set up with --replicas 3 at R3,
 // and a cluster's backup into a single server at R1. Restart orderly's
-// processes afterwards.
-func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progress Progress) (m Manifest, done []Restored, err error) {
+// processes afterwards. domain is the JetStream domain of orderly's streams
+// (empty: the connected server's).
+func Restore(ctx context.Context, nc *nats.Conn, domain, dir string, replicas int, progress Progress) (m Manifest, done []Restored, err error) {
 	if m, err = ReadManifest(dir); err != nil {
 		return m, done, err
 	}
-	clustered := nc.ConnectedClusterName() != ""
+	// Through another domain the server connected to (a leaf node) says
+	// nothing of the JetStream behind it: replicas are left to that one,
+	// which refuses more than it has.
+	clustered := domain != "" || nc.ConnectedClusterName() != ""
 	if replicas > 1 && !clustered {
 		return m, done, fmt.Errorf("%d replicas need a NATS cluster; this NATS is a single server", replicas)
 	}
@@ -87,7 +91,7 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, replicas int, progr
 		}
 		snaps = append(snaps, s)
 	}
-	mgr, err := jsm.New(nc, jsm.WithTimeout(30*time.Second))
+	mgr, err := manager(nc, domain)
 	if err != nil {
 		return m, done, err
 	}

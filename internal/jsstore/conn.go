@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,6 +66,11 @@ type Credentials struct {
 	// its key that the connection presents to servers that ask for one
 	// (tls { verify: true }); read again at every (re)connect too.
 	CertFile, KeyFile string
+	// JSDomain is the JetStream domain that holds orderly's streams, when it
+	// is not the one of the server connected to: a leaf node with a
+	// JetStream of its own reaches its hub's as $JS.<domain>.API. Empty:
+	// the connected server's JetStream.
+	JSDomain string
 }
 
 // options are the nats.go options of c, or an error when more than one kind
@@ -90,6 +96,9 @@ func (c Credentials) options() ([]nats.Option, error) {
 	}
 	if kinds > 1 {
 		return nil, errors.New("give one kind of NATS credentials: an nkey seed, a .creds file, or a user and password")
+	}
+	if err := ValidDomain(c.JSDomain); err != nil {
+		return nil, err
 	}
 	if c.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
@@ -381,12 +390,40 @@ func DialJetStream(url string, creds Credentials, name string) (jetstream.JetStr
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := JetStreamIn(nc, creds.JSDomain)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
 	return js, nil
+}
+
+// JetStreamIn is a JetStream context on nc for the JetStream of domain, or
+// of the server nc is connected to when domain is empty.
+func JetStreamIn(nc *nats.Conn, domain string, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+	if domain == "" {
+		return jetstream.New(nc, opts...)
+	}
+	return jetstream.NewWithDomain(nc, domain, opts...)
+}
+
+// ValidDomain says why domain cannot name a JetStream domain, or nil: it
+// becomes a token of the API's subjects ($JS.<domain>.API.>), so it may not
+// hold '.', '*', '>', white space or control characters (nats-server
+// refuses such a domain too).
+func ValidDomain(domain string) error {
+	if domain == "" {
+		return nil
+	}
+	if len(domain) > 64 {
+		return fmt.Errorf("--nats-js-domain: a domain of %d bytes; at most 64", len(domain))
+	}
+	for _, r := range domain {
+		if r == '.' || r == '*' || r == '>' || r <= ' ' || r == 0x7f || r == utf8.RuneError {
+			return fmt.Errorf("--nats-js-domain %q: a domain is one token of a NATS subject: no '.', '*', '>', spaces or control characters", domain)
+		}
+	}
+	return nil
 }
 
 // Drain drains nc (its subscriptions finish what they hold, at most the

@@ -12,7 +12,8 @@ import (
 	"github.com/orderly-dev/orderly/internal/jsonr"
 )
 
-// NewJetStream is a JetStream context on nc whose publishes are
+// NewJetStream is a JetStream context on nc (for domain's JetStream, see
+// JetStreamIn) whose publishes are
 // FastPublish's (timeout bounds one whose context has no deadline). An
 // asynchronous publish whose ack has not come within twice that is given up
 // (jetstream.ErrAsyncPublishTimeout): nats.go keeps an unanswered one pending
@@ -20,8 +21,8 @@ import (
 // again when its ack is late, so that the copies lost in a stream leader's
 // failure would stay pending, up to nats.go's limit of 4,000 past which
 // every asynchronous publish waits 200 ms and goes through PublishMsg.
-func NewJetStream(nc *nats.Conn, timeout time.Duration) (jetstream.JetStream, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(2*timeout))
+func NewJetStream(nc *nats.Conn, domain string, timeout time.Duration) (jetstream.JetStream, error) {
+	js, err := JetStreamIn(nc, domain, jetstream.WithPublishAsyncTimeout(2*timeout))
 	if err != nil {
 		return nil, err
 	}

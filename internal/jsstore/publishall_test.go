@@ -296,7 +296,7 @@ func TestUnansweredPublishesAreGivenUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Unsubscribe() //nolint:errcheck // the test's connection closes anyway
-	pub, err := jsstore.NewJetStream(plain.Conn(), 500*time.Millisecond)
+	pub, err := jsstore.NewJetStream(plain.Conn(), "", 500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
@@ -49,15 +48,9 @@ func OperatorNATS(tb testing.TB, tiers jwt.JetStreamTieredLimits) (url, credsFil
 		must(err)
 		must(resolver.Store(pub, token))
 	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: tb.TempDir(),
+	ns := RunNATS(tb, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
 		TrustedOperators: []*jwt.OperatorClaims{jwt.NewOperatorClaims(operatorPub)}, AccountResolver: resolver,
-		SystemAccount: systemPub, NoSigs: true})
-	must(err)
-	go ns.Start()
-	tb.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		tb.Fatal("nats-server in operator mode not ready")
-	}
+		SystemAccount: systemPub})
 	user, userPub := key(nkeys.CreateUser)
 	token, err := jwt.NewUserClaims(userPub).Encode(account)
 	must(err)

@@ -68,15 +68,7 @@ func tlsNATS(tb testing.TB, creds natsauth.Credentials, files TLSFiles, verify b
 		}
 		opts.TLSVerify = true
 	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	go ns.Start()
-	tb.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		tb.Fatal("NATS with TLS not ready")
-	}
+	ns := RunNATS(tb, opts)
 	url := scheme + ns.Addr().String()
 	register(url, creds)
 	return url

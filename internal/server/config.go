@@ -292,6 +292,11 @@ func (c Config) Validate() error {
 	if c.NATSURL == "" && (c.Credentials.CAFile != "" || c.Credentials.CertFile != "" || c.Credentials.KeyFile != "") {
 		errs = append(errs, errors.New("NATS TLS files (--nats-ca, --nats-cert, --nats-key): only with --nats-url; the embedded server's TLS is --nats-tls, and orderly trusts its CA itself"))
 	}
+	if c.NATSURL == "" && c.Credentials.JSDomain != "" {
+		errs = append(errs, errors.New("JetStream domain (--nats-js-domain): only with --nats-url; the embedded server's streams are in its own JetStream"))
+	} else if err := jsstore.ValidDomain(c.Credentials.JSDomain); err != nil {
+		errs = append(errs, err)
+	}
 	switch c.NATSTLS {
 	case "", NATSTLSAuto, NATSTLSOn, NATSTLSOff:
 	default:

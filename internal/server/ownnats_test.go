@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderly-dev/orderly/events"
+	"github.com/orderly-dev/orderly/internal/admin"
 	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
@@ -26,16 +31,8 @@ import (
 // said to pass an nkey seed).
 func TestPasswordNATS(t *testing.T) {
 	t.Parallel()
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+	ns := orderlytest.RunNATS(t, &natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
 		Users: []*natsserver.User{{Username: "orderly", Password: "s3cret-pass"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
 	startOnOwnNATS(t, ns.ClientURL(), jsstore.Credentials{User: "orderly", Password: "s3cret-pass"})
 
 	bad := orderlytest.Config(t)
@@ -118,6 +115,86 @@ func TestOperatorModeNATS(t *testing.T) {
 	orderlytest.Eventually(t, 30*time.Second, "ready once there is room", func() bool { _, ok := readyz(inst.URL); return ok })
 	if r := inst.PostOrder(t, "op-3", orderlytest.Order("c-op"), "Prefer: wait=10"); r.Status != http.StatusCreated {
 		t.Fatalf("an order once there is room: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestJetStreamDomainOfAHub: orderly connected to a leaf node that has a
+// JetStream of its own keeps its streams in the hub's JetStream when told
+// its domain (--nats-js-domain): setup makes the topology there, an order
+// is created and replayed through the leaf, and the leaf's own JetStream
+// holds nothing; orderly backup takes the hub's streams. Without a domain setting, orderly could only use the
+// leaf's JetStream. A domain that is not one subject token, and a domain
+// with the embedded server, are refused before anything starts.
+func TestJetStreamDomainOfAHub(t *testing.T) {
+	t.Parallel()
+	users := []*natsserver.User{{Username: "orderly", Password: "s3cret-pass"}}
+	leafPort := orderlytest.FreePort(t)
+	hub := orderlytest.RunNATS(t, &natsserver.Options{ServerName: "hub", Host: "127.0.0.1", Port: -1, JetStream: true, JetStreamDomain: "hub",
+		Users: users, LeafNode: natsserver.LeafNodeOpts{Host: "127.0.0.1", Port: leafPort}})
+	remote, err := url.Parse(fmt.Sprintf("nats-leaf://orderly:s3cret-pass@127.0.0.1:%d", leafPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := orderlytest.RunNATS(t, &natsserver.Options{ServerName: "leaf", Host: "127.0.0.1", Port: -1, JetStream: true, JetStreamDomain: "edge",
+		Users: users, LeafNode: natsserver.LeafNodeOpts{Remotes: []*natsserver.RemoteLeafOpts{{URLs: []*url.URL{remote}}}}})
+	orderlytest.Eventually(t, 10*time.Second, "the leaf connected to the hub", func() bool { return leaf.NumLeafNodes() == 1 })
+
+	startOnOwnNATS(t, leaf.ClientURL(), jsstore.Credentials{User: "orderly", Password: "s3cret-pass", JSDomain: "hub"})
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	streams := func(srv *natsserver.Server) []string {
+		js, err := jsstore.DialJetStream(srv.ClientURL(), jsstore.Credentials{User: "orderly", Password: "s3cret-pass"}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer js.Conn().Close()
+		var names []string
+		list := js.StreamNames(ctx)
+		for n := range list.Name() {
+			names = append(names, n)
+		}
+		if err := list.Err(); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(names)
+		return names
+	}
+	if got := streams(hub); !slices.Contains(got, events.CommandStream) || !slices.Contains(got, events.EventStream) {
+		t.Errorf("the hub's streams: %v; want orderly's", got)
+	}
+	if got := streams(leaf); len(got) != 0 {
+		t.Errorf("the leaf's own JetStream holds %v; want nothing", got)
+	}
+
+	// orderly backup takes the hub's streams through the leaf.
+	nc, err := nats.Connect(leaf.ClientURL(), nats.UserInfo("orderly", "s3cret-pass"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	m, err := admin.Backup(ctx, nc, "hub", filepath.Join(t.TempDir(), "backup"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backedUp := map[string]uint64{}
+	for _, sm := range m.Streams {
+		backedUp[sm.Name] = sm.Messages
+	}
+	if backedUp[events.CommandStream] == 0 || backedUp[events.EventStream] == 0 {
+		t.Errorf("the backup through the leaf: %v; want the hub's order in it", backedUp)
+	}
+
+	for _, c := range []struct{ url, domain, want string }{
+		{leaf.ClientURL(), "hub.eu", "no '.', '*', '>'"},
+		{leaf.ClientURL(), "h ub", "no '.', '*', '>'"},
+		{"", "hub", "only with --nats-url"},
+	} {
+		cfg := orderlytest.Config(t)
+		cfg.NATSURL, cfg.Credentials = c.url, jsstore.Credentials{User: "orderly", Password: "s3cret-pass", JSDomain: c.domain}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("domain %q with NATS URL %q: %v; want it refused (%s)", c.domain, c.url, err, c.want)
+		}
 	}
 }
 

@@ -349,7 +349,7 @@ func (s *Server) connect(ctx context.Context) (jetstream.JetStream, error) {
 		return nil, err
 	}
 	s.nc = nc
-	return jsstore.NewJetStream(nc, 5*time.Second)
+	return jsstore.NewJetStream(nc, ccfg.Credentials.JSDomain, 5*time.Second)
 }
 
 // embeddedTLSFiles makes the embedded server's CA and certificate in the

@@ -43,7 +43,7 @@ func Setup(ctx context.Context, cfg SetupConfig, logger *slog.Logger) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := jsstore.JetStreamIn(nc, cfg.Connect.Credentials.JSDomain)
 	if err != nil {
 		return err
 	}
