@@ -150,6 +150,59 @@ func leaderOf(t *testing.T, js jetstream.JetStream, stream string) string {
 	return info.Cluster.Leader
 }
 
+// elected watches, from now on, for a leader of each stream other than the
+// node killed. Its wait returns how long each took (-1: none within a
+// minute), having logged them: what a request that needs the stream waits
+// for at the least.
+func elected(t *testing.T, js jetstream.JetStream, killed string, streams ...string) (wait func(what string) map[string]time.Duration) {
+	begin := time.Now()
+	took := make([]time.Duration, len(streams))
+	var wg sync.WaitGroup
+	for i, name := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			took[i] = -1
+			for time.Since(begin) < time.Minute {
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				info, err := js.Stream(ctx, name)
+				cancel()
+				if err == nil && info.CachedInfo().Cluster != nil && info.CachedInfo().Cluster.Leader != "" && info.CachedInfo().Cluster.Leader != killed {
+					took[i] = time.Since(begin)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	return func(what string) map[string]time.Duration {
+		wg.Wait()
+		byStream := make(map[string]time.Duration, len(streams))
+		var b strings.Builder
+		for i, name := range streams {
+			byStream[name] = took[i]
+			if took[i] < 0 {
+				fmt.Fprintf(&b, " %s: none within a minute;", name)
+			} else {
+				fmt.Fprintf(&b, " %s %s;", name, took[i].Round(100*time.Millisecond))
+			}
+		}
+		t.Logf("%s: a leader other than %s after%s", what, killed, strings.TrimSuffix(b.String(), ";"))
+		return byStream
+	}
+}
+
+// beyondBudget says whether a probe request sent at sent after a kill could
+// not have been stored within the budget, because ORDER_COMMANDS had no
+// leader until commands after the kill (-1: none): the request's attempt
+// after the election comes within a pause of at most a second and its
+// round trip, so an election later than budget - 1.5 s after the request
+// leaves it nothing. nats-server elects in 4 to 9 s mostly, but a round
+// that fails (two candidates at once) starts another one 4 to 9 s later.
+func beyondBudget(sent, commands, budget time.Duration) bool {
+	return commands < 0 || commands > sent+budget-1500*time.Millisecond
+}
+
 // caughtUp waits until every replica of every stream is current again, so
 // that the next kill leaves a current quorum to elect from.
 func caughtUp(t *testing.T, js jetstream.JetStream) {
@@ -179,8 +232,14 @@ func caughtUp(t *testing.T, js jetstream.JetStream) {
 // processes, first the ORDER_COMMANDS leader (brought back after 12 s), then
 // the node that carries an API's feed of keyed events, the one that answers
 // its waiting requests (down for 25 s). The checker finds no violation; no
-// probe request fails (the budget of --nats-timeout, 10 s, outlasts an
-// election); and the requests slowed by each failover end within 20 s of the
+// probe request fails while NATS elects a new ORDER_COMMANDS leader within
+// its budget (--nats-timeout, 10 s: elections take 4 to 9 s), and one that
+// NATS leaves without a leader for longer is answered 503 outcome_unknown or
+// service_unavailable (seen once in a run of the race suite, before the
+// elections were logged: all three leaders on the killed node, the probe's
+// three requests sent 8-16 ms after the kill, 503 outcome_unknown); how
+// long each election took is logged; and the requests
+// slowed by each failover end within 20 s of the
 // kill: a killed leader's followers wait 4 to 9 s before they elect a new one
 // (nats-server's raft election timeout), a request sent into the change is
 // sent again within 3 s (the attempt cap), and a lost feed is noticed
@@ -195,9 +254,11 @@ func TestFailoverUnderCheck(t *testing.T) {
 	// Not parallel: it measures failover, not the CPU the other tests take.
 	cluster := orderlytest.StartProcessCluster(t, orderlytest.ClusterPorts(t, 3))
 	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
+	var budget time.Duration // --nats-timeout, the default
 	start := func() *orderlytest.Instance {
 		cfg := orderlytest.Config(t)
 		orderlytest.Attach(&cfg, cluster.URLs(), cluster.Creds, natsauth.Serve)
+		budget = cfg.App.RequestTimeout
 		return orderlytest.Start(t, cfg)
 	}
 	a, b := start(), start()
@@ -208,9 +269,11 @@ func TestFailoverUnderCheck(t *testing.T) {
 	p := startProbe(t, a.URL, b.URL)
 
 	time.Sleep(5 * time.Second)
-	leader := cluster.Index(leaderOf(t, js, events.CommandStream))
+	leaderName := leaderOf(t, js, events.CommandStream)
+	leader := cluster.Index(leaderName)
 	kill1 := time.Now()
 	cluster.Kill(leader)
+	elected1 := elected(t, js, leaderName, events.CommandStream)
 	time.Sleep(12 * time.Second)
 	cluster.Restart(leader)
 	caughtUp(t, js)
@@ -227,12 +290,14 @@ func TestFailoverUnderCheck(t *testing.T) {
 	}
 	kill2 := time.Now()
 	cluster.Kill(feed)
+	elected2 := elected(t, js, feedName, events.CommandStream, events.EventStream, jsstore.ResultsStream)
 	// The node stays down longer than the bound on slowed requests: a feed
 	// that has not come back within it leaves every waiting request to
 	// answer 202 after its wait (2 s), slow, past the bound. (With 15 s, a
 	// feed that never came back was within it: 15 s + the wait.)
 	time.Sleep(feedDown)
 	hits := p.end()
+	leaders := []map[string]time.Duration{elected1("kill 1"), elected2("kill 2")}
 
 	rep := checked()
 	for i, k := range []struct {
@@ -243,7 +308,16 @@ func TestFailoverUnderCheck(t *testing.T) {
 		errs, slowFor, n := window(hits, k.at, k.to)
 		t.Logf("kill %d (%s): %d probe requests, %d errors, slowed for %s after the kill", i+1, k.what, n, len(errs), slowFor.Round(100*time.Millisecond))
 		for _, e := range errs {
-			t.Errorf("kill %d: a client saw an error %s after the kill: %d %s", i+1, e.at.Sub(k.at).Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
+			sent := e.at.Sub(k.at)
+			honest := e.status == http.StatusServiceUnavailable && (strings.Contains(e.code, "outcome_unknown") || strings.Contains(e.code, "service_unavailable"))
+			if honest && beyondBudget(sent, leaders[i][events.CommandStream], budget) {
+				// NATS elected later than the request's budget allows: the
+				// answer says so, and the checker's retries with the same
+				// key find the order made once or not at all.
+				t.Logf("kill %d: a request sent %s after the kill had no ORDER_COMMANDS leader within its budget of %s: %d %s", i+1, sent.Round(time.Millisecond), budget, e.status, strings.TrimSpace(e.code))
+				continue
+			}
+			t.Errorf("kill %d: a client saw an error, sent %s after the kill to %s, after %s: %d %s", i+1, sent.Round(time.Millisecond), e.url, e.took.Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
 		}
 		if slowFor > slowBound {
 			t.Errorf("kill %d (%s): requests slowed for %s, more than %s", i+1, k.what, slowFor, slowBound)
