@@ -113,7 +113,11 @@ func (c *StatusCmd) Run(g *globals) error {
 		printAccountStore(g.ctx, js)
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("missing: %s (orderly setup creates a missing stream; orderly restore puts back a backup's)", strings.Join(missing, ", "))
+		hint := ""
+		if len(missing) == len(out) {
+			hint = jsstore.DomainHint(g.ctx, js)
+		}
+		return fmt.Errorf("missing: %s (orderly setup creates a missing stream; orderly restore puts back a backup's)%s", strings.Join(missing, ", "), hint)
 	}
 	return nil
 }

@@ -519,6 +519,18 @@ type Needs struct {
 	API, Processor, Projector bool
 }
 
+// DomainHint is what to add to "orderly's streams are missing" when the
+// JetStream that answered has a domain: orderly connected to a leaf node
+// whose streams are in its hub's JetStream, without --nats-js-domain, finds
+// the leaf's own. Empty when it has none, or does not say.
+func DomainHint(ctx context.Context, js jetstream.JetStream) string {
+	info, err := js.AccountInfo(ctx)
+	if err != nil || info.Domain == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (this is JetStream domain %q: if orderly's streams are in another domain, such as a leaf node's hub, name it with --nats-js-domain)", info.Domain)
+}
+
 // Check reports whether what the components need exists, reading only: a
 // role may not create or change the topology (`orderly setup` does, with
 // the operator's credentials). It wraps ErrMissing when something is missing.
@@ -544,6 +556,7 @@ func Check(ctx context.Context, js jetstream.JetStream, n Needs) error {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}
 	}
+	allGone := len(missing) == len(streams)
 	for _, c := range consumers {
 		if _, err := js.Consumer(ctx, c[0], c[1]); errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 			missing = append(missing, "consumer "+c[1]+" on "+c[0])
@@ -553,7 +566,11 @@ func Check(ctx context.Context, js jetstream.JetStream, n Needs) error {
 	}
 	if len(missing) > 0 {
 		slices.Sort(missing)
-		return fmt.Errorf("%w: missing %s", ErrMissing, strings.Join(missing, ", "))
+		hint := ""
+		if allGone {
+			hint = DomainHint(ctx, js)
+		}
+		return fmt.Errorf("%w: missing %s%s", ErrMissing, strings.Join(missing, ", "), hint)
 	}
 	return nil
 }

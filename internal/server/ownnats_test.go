@@ -122,7 +122,9 @@ func TestOperatorModeNATS(t *testing.T) {
 // JetStream of its own keeps its streams in the hub's JetStream when told
 // its domain (--nats-js-domain): setup makes the topology there, an order
 // is created and replayed through the leaf, and the leaf's own JetStream
-// holds nothing; orderly backup takes the hub's streams. Without a domain setting, orderly could only use the
+// holds nothing; orderly backup takes the hub's streams. A role given no
+// domain there says that its streams are missing in domain "edge" and names
+// the flag. Without a domain setting, orderly could only use the
 // leaf's JetStream. A domain that is not one subject token, and a domain
 // with the embedded server, are refused before anything starts.
 func TestJetStreamDomainOfAHub(t *testing.T) {
@@ -165,6 +167,18 @@ func TestJetStreamDomainOfAHub(t *testing.T) {
 	}
 	if got := streams(leaf); len(got) != 0 {
 		t.Errorf("the leaf's own JetStream holds %v; want nothing", got)
+	}
+
+	// Without the domain, a role finds the leaf's JetStream empty and says
+	// which domain it found and which flag names another.
+	lost := orderlytest.Config(t)
+	lost.NATSURL, lost.Credentials = leaf.ClientURL(), jsstore.Credentials{User: "orderly", Password: "s3cret-pass"}
+	lost.StartupTimeout = 2 * time.Second
+	if s, err := server.Start(ctx, lost, orderlytest.Logger()); err == nil {
+		s.Shutdown(ctx)
+		t.Fatal("started on the leaf's JetStream, which holds none of orderly's streams")
+	} else if !errors.Is(err, jsstore.ErrMissing) || !strings.Contains(err.Error(), `domain "edge"`) || !strings.Contains(err.Error(), "--nats-js-domain") {
+		t.Errorf("a role on the leaf without the domain: %v; want the streams missing, the leaf's domain and the flag named", err)
 	}
 
 	// orderly backup takes the hub's streams through the leaf.
