@@ -126,6 +126,9 @@ func (e *StoreError) NotStored() bool {
 	return errors.Is(e.Err, ErrStorageLow) ||
 		errors.As(e.Err, &apiErr) ||
 		errors.Is(e.Err, nats.ErrNoResponders) ||
+		// A publish's tries all met no responders (nats.go's answer then,
+		// and FastPublish's): nobody received it.
+		errors.Is(e.Err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(e.Err, nats.ErrConnectionClosed) ||
 		errors.Is(e.Err, nats.ErrInvalidConnection) ||
 		errors.Is(e.Err, nats.ErrNoServers)

@@ -439,6 +439,10 @@ func TestStoreErrorSaysWhatARetryCanDo(t *testing.T) {
 	}{
 		{fmt.Errorf("%w: 100 KiB free", jsstore.ErrStorageLow), false, true},
 		{nats.ErrNoResponders, true, true},
+		// What a publish answers after its tries all met no responders (a
+		// stream without a leader): nobody received it.
+		{jetstream.ErrNoStreamResponse, true, true},
+		{fmt.Errorf("publish: %w", jetstream.ErrNoStreamResponse), true, true},
 		{context.DeadlineExceeded, true, false},
 		{errors.New("decode"), false, false},
 		{&jetstream.APIError{Code: 400, ErrorCode: 10002, Description: "resource limits exceeded for account"}, false, true},

@@ -35,7 +35,10 @@ func NewJetStream(nc *nats.Conn, domain string, timeout time.Duration) (jetstrea
 // as a *jetstream.APIError; a context without a deadline gets js's default
 // timeout) but decodes the ack with go-json instead of encoding/json: the
 // ack's decoding was 3% of the server's CPU per order (a profile of the sync
-// load, ADR 0008). Calls with options go to js.
+// load, ADR 0008). One difference: when ctx ends while it waits to try
+// again after no responders, it answers ErrNoStreamResponse (nobody received
+// the message, so nothing was stored), where nats.go's answers ctx's error,
+// which says nothing of what was stored. Calls with options go to js.
 func FastPublish(js jetstream.JetStream, timeout time.Duration) jetstream.JetStream {
 	return fastPublish{JetStream: js, timeout: timeout}
 }
@@ -112,6 +115,9 @@ func (f fastPublish) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstr
 		// A stream without a leader for a moment (an election) answers so.
 		select {
 		case <-ctx.Done():
+			// Nothing was sent since nobody received the last try: the
+			// caller's deadline is no sign that something was stored.
+			return nil, jetstream.ErrNoStreamResponse
 		case <-time.After(jetstream.DefaultPubRetryWait):
 		}
 		resp, err = nc.RequestMsgWithContext(ctx, m)

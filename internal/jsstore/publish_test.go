@@ -80,6 +80,21 @@ func TestFastPublishAnswersAsNATSGo(t *testing.T) {
 	}
 }
 
+// TestFastPublishNobodyReceivedIt: a publish whose deadline ends while it
+// waits to try a subject nobody takes again says that nobody received it
+// (ErrNoStreamResponse: nothing stored), where nats.go's says the deadline
+// passed, which the API read as "may have been stored" and answered a new
+// order outcome_unknown instead of service_unavailable.
+func TestFastPublishNobodyReceivedIt(t *testing.T) {
+	t.Parallel()
+	fast := jsstore.FastPublish(js(t), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := fast.PublishMsg(ctx, &nats.Msg{Subject: "nostream.y", Data: []byte("x")}); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("a publish nobody received, its deadline passed between tries: %v; want %v", err, jetstream.ErrNoStreamResponse)
+	}
+}
+
 // Run: go test -run '^$' -bench Publish -benchmem ./internal/jsstore/
 func BenchmarkPublish(b *testing.B) {
 	ctx := context.Background()

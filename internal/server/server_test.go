@@ -602,6 +602,31 @@ func TestRestartKeepsResults(t *testing.T) {
 	}
 }
 
+// TestNoCommandStreamStoresNothing: a new order whose every publish meets
+// no responders (the command stream has no leader, or is gone) stored
+// nothing, and is answered so once the budget is spent: 503
+// service_unavailable, "nothing was stored". It was answered
+// outcome_unknown ("it may have been accepted"): the publish's error after
+// its tries of no responders (nats.go's ErrNoStreamResponse) did not count
+// as nothing stored.
+func TestNoCommandStreamStoresNothing(t *testing.T) {
+	t.Parallel()
+	cfg := orderlytest.Config(t)
+	cfg.App.RequestTimeout = 2 * time.Second
+	inst := orderlytest.Start(t, cfg)
+	if r := inst.PostOrder(t, "before", orderlytest.Order("c-1")); r.Status != http.StatusCreated {
+		t.Fatalf("before: %d %s", r.Status, r.Body)
+	}
+	js := inst.JetStream(t)
+	if err := js.DeleteStream(context.Background(), events.CommandStream); err != nil {
+		t.Fatal(err)
+	}
+	r := inst.PostOrder(t, "after", orderlytest.Order("c-1"))
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || r.Problem(t)["code"] != "service_unavailable" {
+		t.Fatalf("a new order with no command stream: %d %v %s; want 503 service_unavailable", r.Status, r.Header, r.Body)
+	}
+}
+
 // TestNATSUnavailable: with NATS gone the API answers 503 with Retry-After
 // quickly; once NATS is back everything works without a restart, and the retry
 // with the same key makes exactly one order.
