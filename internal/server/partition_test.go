@@ -174,7 +174,7 @@ func TestPartitionUnderCheck(t *testing.T) {
 		t.Logf("the cut-off API ready again %s after the partition; until the heal %d probe requests, %d errors, slowed for %s",
 			back.Sub(cutAt).Round(100*time.Millisecond), nA, len(errsA), slowA.Round(100*time.Millisecond))
 		for _, e := range errsA {
-			t.Errorf("the moved API answered an error %s after the partition: %d %s", e.at.Sub(cutAt).Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
+			t.Errorf("the moved API answered an error, sent %s after the partition, after %s: %d %s", e.at.Sub(cutAt).Round(time.Millisecond), e.took.Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
 		}
 		if nA < 2*probeWorkers {
 			t.Errorf("only %d probe requests to the moved API before the heal", nA)
@@ -200,7 +200,7 @@ func TestPartitionUnderCheck(t *testing.T) {
 	errs, slowFor, n := window(hits, cutAt, healAt)
 	t.Logf("the other API during the partition: %d probe requests, %d errors, slowed for %s", n, len(errs), slowFor.Round(100*time.Millisecond))
 	for _, e := range errs {
-		t.Errorf("the other API answered an error %s after the partition: %d %s", e.at.Sub(cutAt).Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
+		t.Errorf("the other API answered an error, sent %s after the partition, after %s: %d %s", e.at.Sub(cutAt).Round(time.Millisecond), e.took.Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
 	}
 	if slowFor > slowBound {
 		t.Errorf("the other API was slowed for %s, more than %s", slowFor, slowBound)
