@@ -71,15 +71,11 @@ func TestOperatorModeNATS(t *testing.T) {
 	}
 
 	// Another stream of the account fills the tier.
-	nc, err := nats.Connect(url, nats.UserCredentials(credsFile))
+	js, err := jsstore.DialJetStream(url, jsstore.Credentials{CredsFile: credsFile}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer js.Conn().Close()
 	fill, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill.>"}, Storage: jetstream.FileStorage})
 	if err != nil {
 		t.Fatal(err)
