@@ -203,6 +203,17 @@ func beyondBudget(sent, commands, budget time.Duration) bool {
 	return commands < 0 || commands > sent+budget-1500*time.Millisecond
 }
 
+// excused says whether a probe error, sent at sent after a leader of
+// ORDER_COMMANDS was lost, is the honest answer to an election that
+// outlasted its budget: a 503 that says the order may or may not have been
+// stored (outcome_unknown) or that nothing was (service_unavailable), for a
+// request that beyondBudget leaves nothing. An error within the budget, or
+// any other answer, is not.
+func excused(e hit, sent, commands, budget time.Duration) bool {
+	honest := e.status == http.StatusServiceUnavailable && (strings.Contains(e.code, "outcome_unknown") || strings.Contains(e.code, "service_unavailable"))
+	return honest && beyondBudget(sent, commands, budget)
+}
+
 // caughtUp waits until every replica of every stream is current again, so
 // that the next kill leaves a current quorum to elect from.
 func caughtUp(t *testing.T, js jetstream.JetStream) {
@@ -309,8 +320,7 @@ func TestFailoverUnderCheck(t *testing.T) {
 		t.Logf("kill %d (%s): %d probe requests, %d errors, slowed for %s after the kill", i+1, k.what, n, len(errs), slowFor.Round(100*time.Millisecond))
 		for _, e := range errs {
 			sent := e.at.Sub(k.at)
-			honest := e.status == http.StatusServiceUnavailable && (strings.Contains(e.code, "outcome_unknown") || strings.Contains(e.code, "service_unavailable"))
-			if honest && beyondBudget(sent, leaders[i][events.CommandStream], budget) {
+			if excused(e, sent, leaders[i][events.CommandStream], budget) {
 				// NATS elected later than the request's budget allows: the
 				// answer says so, and the checker's retries with the same
 				// key find the order made once or not at all.

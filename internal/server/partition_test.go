@@ -10,6 +10,7 @@ import (
 
 	"github.com/orderly-dev/orderly/events"
 	"github.com/orderly-dev/orderly/internal/check"
+	"github.com/orderly-dev/orderly/internal/jsstore"
 	"github.com/orderly-dev/orderly/internal/natsauth"
 	"github.com/orderly-dev/orderly/internal/orderlytest"
 )
@@ -85,7 +86,10 @@ func firstAfter(samples []sample, from time.Time, ready bool) (time.Time, bool) 
 // node and is ready again, within 30 s of the cut and before the heal, and
 // answers every request of a probe from then on. The other API answers every
 // request of a probe, slowed for at most 20 s while the majority elects new
-// leaders.
+// leaders; how long the majority took to elect a leader of ORDER_COMMANDS is
+// logged, and a request that election left without one for longer than its
+// budget (--nats-timeout) allows may get the honest 503 instead (as in
+// TestFailoverUnderCheck: a failed round of raft's election adds 4 to 9 s).
 func TestPartitionUnderCheck(t *testing.T) {
 	if testing.Short() {
 		t.Skip("partitions a cluster for a minute; run without -short")
@@ -94,17 +98,26 @@ func TestPartitionUnderCheck(t *testing.T) {
 	cluster := orderlytest.StartPartitionableCluster(t, orderlytest.ClusterPorts(t, 3))
 	orderlytest.Setup(t, cluster.URLs(), cluster.Creds, 3)
 	js := cluster.JetStream(t)
-	cut := cluster.Index(leaderOf(t, js, events.CommandStream))
+	cutName := leaderOf(t, js, events.CommandStream)
+	cut := cluster.Index(cutName)
 	var rest []string
 	for i := 0; i < 3; i++ {
 		if i != cut {
 			rest = append(rest, cluster.NodeURL(i))
 		}
 	}
+	// The majority's view of the election: js may sit on the node cut off.
+	jsRest, err := jsstore.DialJetStream(strings.Join(rest, ","), orderlytest.As(cluster.Creds, natsauth.Operator), "orderly-test-majority")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(jsRest.Conn().Close)
 	var logA orderlytest.Buffer
+	var budget time.Duration // --nats-timeout, the default
 	start := func(urls string, logger *slog.Logger) *orderlytest.Instance {
 		cfg := orderlytest.Config(t)
 		orderlytest.Attach(&cfg, urls, cluster.Creds, natsauth.Serve)
+		budget = cfg.App.RequestTimeout
 		return orderlytest.StartLogged(t, cfg, logger)
 	}
 	a := start(cluster.NodeURL(cut), slog.New(slog.NewTextHandler(&logA, &slog.HandlerOptions{Level: slog.LevelWarn})))
@@ -119,12 +132,14 @@ func TestPartitionUnderCheck(t *testing.T) {
 	const down = 50 * time.Second
 	cutAt := time.Now()
 	cluster.Partition(cut)
+	electedRest := elected(t, jsRest, cutName, events.CommandStream)
 	time.Sleep(down)
 	healAt := time.Now()
 	cluster.Heal(cut)
 	rep := checked()
 	hits, hitsA := p.end(), pa.end()
 	samples := readyA.end()
+	commands := electedRest("the partition")[events.CommandStream]
 
 	// The workload met the partition: requests to the cut-off API that it
 	// answered late (over a second) or with an error; some of those orders
@@ -200,7 +215,14 @@ func TestPartitionUnderCheck(t *testing.T) {
 	errs, slowFor, n := window(hits, cutAt, healAt)
 	t.Logf("the other API during the partition: %d probe requests, %d errors, slowed for %s", n, len(errs), slowFor.Round(100*time.Millisecond))
 	for _, e := range errs {
-		t.Errorf("the other API answered an error, sent %s after the partition, after %s: %d %s", e.at.Sub(cutAt).Round(time.Millisecond), e.took.Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
+		sent := e.at.Sub(cutAt)
+		if excused(e, sent, commands, budget) {
+			// The majority elected later than the request's budget allows;
+			// the checker's retries find the order made once or not at all.
+			t.Logf("the other API: a request sent %s after the partition had no ORDER_COMMANDS leader within its budget of %s: %d %s", sent.Round(time.Millisecond), budget, e.status, strings.TrimSpace(e.code))
+			continue
+		}
+		t.Errorf("the other API answered an error, sent %s after the partition, after %s: %d %s", sent.Round(time.Millisecond), e.took.Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
 	}
 	if slowFor > slowBound {
 		t.Errorf("the other API was slowed for %s, more than %s", slowFor, slowBound)
