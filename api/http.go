@@ -76,13 +76,13 @@ func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	if c.BodyLimit < 1024 {
-		errs = append(errs, fmt.Errorf("body limit must be at least 1024 bytes, got %d", c.BodyLimit))
+		errs = append(errs, fmt.Errorf("--body-limit must be at least 1024 bytes, got %d", c.BodyLimit))
 	}
 	if c.Wait < 0 {
-		errs = append(errs, fmt.Errorf("wait must not be negative, got %s", c.Wait))
+		errs = append(errs, fmt.Errorf("--wait must not be negative, got %s", c.Wait))
 	}
 	if c.MaxWait < c.Wait {
-		errs = append(errs, fmt.Errorf("max wait (%s) must be at least wait (%s)", c.MaxWait, c.Wait))
+		errs = append(errs, fmt.Errorf("--max-wait (%s) must be at least --wait (%s)", c.MaxWait, c.Wait))
 	}
 	for token, tenant := range c.Tokens {
 		if token == "" || tenant == "" {

@@ -217,13 +217,19 @@ type ProcessorCmd struct {
 	ProcessorFlags
 }
 
+// config is the processor's configuration of the flags.
+func (c *ProcessorCmd) config() (server.Config, error) {
+	cfg, err := c.RunFlags.config(server.Roles{Processor: true})
+	c.ProcessorFlags.apply(&cfg)
+	return cfg, err
+}
+
 // Run runs the processor.
 func (c *ProcessorCmd) Run(g *globals) error {
-	cfg, err := c.RunFlags.config(server.Roles{Processor: true})
+	cfg, err := c.config()
 	if err != nil {
 		return err
 	}
-	c.ProcessorFlags.apply(&cfg)
 	return runRole(g, c.NATSFlags, cfg, c.MemoryLimit, "", c.MetricsTokenFile)
 }
 

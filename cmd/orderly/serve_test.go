@@ -381,8 +381,8 @@ func TestHTTPLimitsAreSizes(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ args, want string }{
-		{"serve --body-limit=512", "body limit must be at least 1024 bytes"},
-		{"serve --http-max-header-bytes=1KiB", "header limit must be at least 4096 bytes"},
+		{"serve --body-limit=512", "--body-limit must be at least 1024 bytes"},
+		{"serve --http-max-header-bytes=1KiB", "--http-max-header-bytes must be at least 4096 bytes"},
 	} {
 		if err := serveConfig(t, c.args).Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want %q", c.args, err, c.want)
@@ -405,7 +405,7 @@ func TestZeroIsNotTakenAsADefault(t *testing.T) {
 	if cfg := serveConfig(t, "serve"); cfg.Tracing.SampleRatio != 1 {
 		t.Errorf("default trace sample ratio %v, want 1", cfg.Tracing.SampleRatio)
 	}
-	if err := serveConfig(t, "serve --trace-sample-ratio=1.5").Validate(); err == nil || !strings.Contains(err.Error(), "trace sample ratio must be from 0 to 1") {
+	if err := serveConfig(t, "serve --trace-sample-ratio=1.5").Validate(); err == nil || !strings.Contains(err.Error(), "--trace-sample-ratio must be from 0 to 1") {
 		t.Errorf("--trace-sample-ratio=1.5: %v; want a refusal", err)
 	}
 	for _, args := range []string{

@@ -125,25 +125,25 @@ func DefaultTopology() Topology {
 func (t Topology) Validate() error {
 	var errs []error
 	if t.Replicas < 0 || t.Replicas > 5 {
-		errs = append(errs, fmt.Errorf("replicas must be 0 (as they are) or 1 to 5, got %d", t.Replicas))
+		errs = append(errs, fmt.Errorf("--replicas must be 0 (as they are) or 1 to 5, got %d", t.Replicas))
 	}
 	if t.DedupWindow < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("dedup window must be at least 100ms, got %s", t.DedupWindow))
+		errs = append(errs, fmt.Errorf("--dedup-window must be at least 100ms, got %s", t.DedupWindow))
 	}
 	if t.CommandRetention < t.DedupWindow {
-		errs = append(errs, fmt.Errorf("command retention (%s) must be at least the dedup window (%s)", t.CommandRetention, t.DedupWindow))
+		errs = append(errs, fmt.Errorf("--command-retention (%s) must be at least --dedup-window (%s): a retry inside the window must find its command", t.CommandRetention, t.DedupWindow))
 	}
 	if t.ResultTTL < t.DedupWindow {
-		errs = append(errs, fmt.Errorf("result TTL (%s) must be at least the dedup window (%s): a retry inside the window must find its result", t.ResultTTL, t.DedupWindow))
+		errs = append(errs, fmt.Errorf("--result-ttl (%s) must be at least --dedup-window (%s): a retry inside the window must find its result", t.ResultTTL, t.DedupWindow))
 	}
 	if t.EventRetention < 0 || t.DeadLetterRetention < 0 {
-		errs = append(errs, errors.New("retention must not be negative"))
+		errs = append(errs, fmt.Errorf("retention must not be negative: --event-retention %s, dead letters %s", t.EventRetention, t.DeadLetterRetention))
 	}
 	if t.OrderIDs != "" && t.OrderIDs != OrderIDsNonce && t.OrderIDs != OrderIDsKeyed {
-		errs = append(errs, fmt.Errorf("order IDs must be %s or %s, got %q", OrderIDsNonce, OrderIDsKeyed, t.OrderIDs))
+		errs = append(errs, fmt.Errorf("--order-ids must be %s or %s, got %q", OrderIDsNonce, OrderIDsKeyed, t.OrderIDs))
 	}
 	if t.EventRetention > 0 && t.EventRetention < t.ResultTTL {
-		errs = append(errs, fmt.Errorf("event retention (%s) must be at least the result TTL (%s): a stored result needs its event", t.EventRetention, t.ResultTTL))
+		errs = append(errs, fmt.Errorf("--event-retention (%s) must be at least --result-ttl (%s): a stored result needs its event", t.EventRetention, t.ResultTTL))
 	}
 	if t.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("ack wait must be at least 1s, got %s", t.AckWait))

@@ -266,18 +266,18 @@ func (c Config) anonymousBeyondLoopback() bool {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Roles.API && c.OrderIDs != OrderIDsAuto && c.OrderIDs != jsstore.OrderIDsNonce && c.OrderIDs != jsstore.OrderIDsKeyed {
-		errs = append(errs, fmt.Errorf("order IDs must be %s, %s or %s, got %q", OrderIDsAuto, jsstore.OrderIDsNonce, jsstore.OrderIDsKeyed, c.OrderIDs))
+		errs = append(errs, fmt.Errorf("--order-ids must be %s, %s or %s, got %q", OrderIDsAuto, jsstore.OrderIDsNonce, jsstore.OrderIDsKeyed, c.OrderIDs))
 	}
 	if !c.Roles.API && !c.Roles.Processor && !c.Roles.Projector {
-		errs = append(errs, errors.New("no role to run"))
+		errs = append(errs, errors.New("--roles: no role to run"))
 	}
 	if c.NATSURL == "" && c.DataDir == "" {
-		errs = append(errs, errors.New("data dir is empty"))
+		errs = append(errs, errors.New("--data-dir is empty: the embedded server needs a directory for its data"))
 	}
 	if c.NATSURL == "" && c.NATSProcess != natsserver.Child && c.NATSProcess != natsserver.InProcess {
-		errs = append(errs, fmt.Errorf("NATS process must be %s or %s, got %q", natsserver.Child, natsserver.InProcess, c.NATSProcess))
+		errs = append(errs, fmt.Errorf("--nats-process must be %s or %s, got %q", natsserver.Child, natsserver.InProcess, c.NATSProcess))
 	}
-	for _, a := range []struct{ name, addr string }{{"pprof address", c.PprofAddr}, {"NATS pprof address", c.NATSPprofAddr}} {
+	for _, a := range []struct{ name, addr string }{{"--pprof-addr", c.PprofAddr}, {"--nats-pprof-addr", c.NATSPprofAddr}} {
 		// Profiles have no authentication, and /debug/pprof/cmdline shows
 		// the command line with any secret given as a flag.
 		if a.addr == "" {
@@ -300,41 +300,44 @@ func (c Config) Validate() error {
 	switch c.NATSTLS {
 	case "", NATSTLSAuto, NATSTLSOn, NATSTLSOff:
 	default:
-		errs = append(errs, fmt.Errorf("NATS TLS must be %s, %s or %s, got %q", NATSTLSAuto, NATSTLSOn, NATSTLSOff, c.NATSTLS))
+		errs = append(errs, fmt.Errorf("--nats-tls must be %s, %s or %s, got %q", NATSTLSAuto, NATSTLSOn, NATSTLSOff, c.NATSTLS))
 	}
 	if c.NATSURL != "" && (c.NATSTLS == NATSTLSOn || len(c.NATSTLSHosts) > 0) {
 		errs = append(errs, errors.New("NATS TLS of the embedded server (--nats-tls on, --nats-tls-host): not with --nats-url, whose servers have TLS of their own (trust their CA with --nats-ca)"))
 	}
 	for _, h := range c.NATSTLSHosts {
 		if !natsauth.ValidTLSHost(h) {
-			errs = append(errs, fmt.Errorf("NATS TLS host %q: give a DNS name or an IP address", h))
+			errs = append(errs, fmt.Errorf("--nats-tls-host %q: give a DNS name or an IP address", h))
 		}
 	}
 	if c.NATSPprofAddr != "" && (c.NATSURL != "" || c.NATSProcess != natsserver.Child) {
-		errs = append(errs, errors.New("NATS pprof address: only for an embedded server in its own process (in process, the pprof address profiles both)"))
+		errs = append(errs, errors.New("--nats-pprof-addr: only for an embedded server in its own process (--nats-process child); in process, --pprof-addr profiles both"))
+	}
+	if c.NATSURL == "" && c.Cluster == nil && c.Topology.Replicas > 1 {
+		errs = append(errs, fmt.Errorf("--replicas %d: the embedded NATS server is a single node, which keeps one copy of each stream; replicas are for a NATS cluster (--nats-url, with orderly setup)", c.Topology.Replicas))
 	}
 	if c.Fsync.Group && (c.NATSURL != "" || c.Cluster != nil) {
 		// The group commit syncs the embedded server's files, and a stream of
 		// several replicas is written by the server in the background.
-		errs = append(errs, errors.New("fsync group needs the embedded server, alone (not --nats-url or a cluster)"))
+		errs = append(errs, errors.New("--fsync group needs the embedded server, alone (not --nats-url or a cluster)"))
 	}
 	if err := checkListenAddr(c.HTTPAddr); err != nil {
-		errs = append(errs, fmt.Errorf("http addr %q: %w", c.HTTPAddr, err))
+		errs = append(errs, fmt.Errorf("--http-addr %q: %w", c.HTTPAddr, err))
 	} else if c.anonymousBeyondLoopback() && !c.HTTPAnonymous {
 		errs = append(errs, fmt.Errorf("HTTP address %s can be reached from other hosts, and without tokens anyone who reaches it can place orders: "+
 			"give the clients tokens (--tokens-file), listen on loopback (127.0.0.1), "+
 			"or, when something in front of orderly authenticates the clients, allow them in anonymously (--http-anonymous)", c.HTTPAddr))
 	}
 	if c.DecisionLag < 0 {
-		errs = append(errs, fmt.Errorf("decision lag must not be negative, got %s", c.DecisionLag))
+		errs = append(errs, fmt.Errorf("--decision-lag must not be negative, got %s", c.DecisionLag))
 	}
 	if c.DecisionLag > 0 && !(c.Roles.API && c.Roles.Processor) {
-		errs = append(errs, errors.New("decision lag needs the api and processor roles in one process: a processor alone cannot see the requests that wait for its decisions"))
+		errs = append(errs, errors.New("--decision-lag needs the api and processor roles in one process (--roles api,processor): a processor alone cannot see the requests that wait for its decisions"))
 	}
 	if c.Roles.API {
 		errs = append(errs, c.API.Validate(), c.App.Validate())
 		if c.Hub.CacheSize < 0 {
-			errs = append(errs, fmt.Errorf("result cache must not be negative, got %d", c.Hub.CacheSize))
+			errs = append(errs, fmt.Errorf("--result-cache must not be negative, got %d", c.Hub.CacheSize))
 		}
 	}
 	for _, p := range []struct {
@@ -345,7 +348,7 @@ func (c Config) Validate() error {
 			continue
 		}
 		if p.cfg.Concurrency < 1 { // the pipeline's own default is for a zero nobody set; a flag's zero is a mistake
-			errs = append(errs, fmt.Errorf("%s concurrency must be at least 1, got %d", p.cfg.Name, p.cfg.Concurrency))
+			errs = append(errs, fmt.Errorf("--%s-concurrency must be at least 1, got %d", p.cfg.Name, p.cfg.Concurrency))
 			continue
 		}
 		errs = append(errs, p.cfg.Validate())
@@ -357,22 +360,27 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"header", c.HTTP.HeaderTimeout}, {"body", c.HTTP.BodyTimeout}, {"idle", c.HTTP.IdleTimeout}} {
+	}{{"--http-header-timeout", c.HTTP.HeaderTimeout}, {"--http-body-timeout", c.HTTP.BodyTimeout}, {"--http-idle-timeout", c.HTTP.IdleTimeout}} {
 		if d.v <= 0 {
-			errs = append(errs, fmt.Errorf("HTTP %s timeout must be positive, got %s", d.name, d.v))
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", d.name, d.v))
 		}
 	}
 	if c.HTTP.MaxHeaderBytes < 4096 {
-		errs = append(errs, fmt.Errorf("HTTP header limit must be at least 4096 bytes, got %d", c.HTTP.MaxHeaderBytes))
+		errs = append(errs, fmt.Errorf("--http-max-header-bytes must be at least 4096 bytes, got %d", c.HTTP.MaxHeaderBytes))
 	}
 	if c.HTTP.MaxConns < 0 {
-		errs = append(errs, fmt.Errorf("HTTP connection cap must not be negative, got %d", c.HTTP.MaxConns))
+		errs = append(errs, fmt.Errorf("--http-max-conns must not be negative, got %d", c.HTTP.MaxConns))
 	}
-	if c.ShutdownTimeout <= 0 || c.StartupTimeout <= 0 || c.StoreFaultGrace <= 0 {
-		errs = append(errs, errors.New("startup and shutdown timeouts and the store fault grace must be positive"))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--startup-timeout", c.StartupTimeout}, {"--store-fault-grace", c.StoreFaultGrace}, {"the shutdown timeout", c.ShutdownTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", d.name, d.v))
+		}
 	}
 	if c.MinFreeSpace < 0 {
-		errs = append(errs, fmt.Errorf("min free space must not be negative, got %d", c.MinFreeSpace))
+		errs = append(errs, fmt.Errorf("--min-free-space must not be negative, got %d", c.MinFreeSpace))
 	}
 	errs = append(errs, c.Tracing.Validate())
 	return errors.Join(errs...)

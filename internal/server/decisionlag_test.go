@@ -218,12 +218,12 @@ func TestDecisionLagNeedsTheAPIBeside(t *testing.T) {
 	alone := server.DefaultConfig()
 	alone.Roles = server.Roles{Processor: true}
 	alone.DecisionLag = time.Second
-	if err := alone.Validate(); err == nil || !strings.Contains(err.Error(), "decision lag needs the api and processor roles") {
+	if err := alone.Validate(); err == nil || !strings.Contains(err.Error(), "--decision-lag needs the api and processor roles") {
 		t.Fatalf("processor alone with a decision lag: %v", err)
 	}
 	neg := server.DefaultConfig()
 	neg.DecisionLag = -time.Second
-	if err := neg.Validate(); err == nil || !strings.Contains(err.Error(), "decision lag must not be negative") {
+	if err := neg.Validate(); err == nil || !strings.Contains(err.Error(), "--decision-lag must not be negative") {
 		t.Fatalf("negative decision lag: %v", err)
 	}
 	ok := server.DefaultConfig()

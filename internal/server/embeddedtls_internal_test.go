@@ -77,10 +77,10 @@ func TestNATSTLSValidation(t *testing.T) {
 		edit  func(*Config)
 		error string
 	}{
-		{"bad mode", func(c *Config) { c.NATSTLS = "yes" }, `NATS TLS must be auto, on or off, got "yes"`},
+		{"bad mode", func(c *Config) { c.NATSTLS = "yes" }, `--nats-tls must be auto, on or off, got "yes"`},
 		{"on with --nats-url", func(c *Config) { c.NATSURL, c.NATSTLS = "nats://x:4222", NATSTLSOn }, "not with --nats-url"},
 		{"hosts with --nats-url", func(c *Config) { c.NATSURL, c.NATSTLSHosts = "nats://x:4222", []string{"a.example"} }, "not with --nats-url"},
-		{"bad host", func(c *Config) { c.NATSTLSHosts = []string{"not a name"} }, `NATS TLS host "not a name"`},
+		{"bad host", func(c *Config) { c.NATSTLSHosts = []string{"not a name"} }, `--nats-tls-host "not a name"`},
 		{"auto with --nats-url", func(c *Config) { c.NATSURL = "nats://x:4222" }, ""},
 		{"on", func(c *Config) { c.NATSTLS, c.NATSTLSHosts = NATSTLSOn, []string{"a.example", "10.1.2.3"} }, ""},
 	} {

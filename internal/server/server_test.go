@@ -722,7 +722,7 @@ func TestConfigValidation(t *testing.T) {
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"result TTL", "body limit", "processor concurrency must be at least 1, got -1"} {
+	for _, want := range []string{"--result-ttl", "--body-limit", "--processor-concurrency must be at least 1, got -1"} {
 		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -738,7 +738,7 @@ func TestConfigValidation(t *testing.T) {
 	if err == nil {
 		t.Fatal("processor concurrency 0 accepted")
 	}
-	for _, want := range []string{"processor concurrency must be at least 1, got 0", "HTTP connection cap must not be negative, got -3", "HTTP idle timeout must be positive, got 0s"} {
+	for _, want := range []string{"--processor-concurrency must be at least 1, got 0", "--http-max-conns must not be negative, got -3", "--http-idle-timeout must be positive, got 0s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -940,7 +940,7 @@ func TestSetupRefusesABadTopologyBeforeConnecting(t *testing.T) {
 		Connect:  jsstore.ConnectConfig{URL: "nats://127.0.0.1:" + strconv.Itoa(orderlytest.FreePort(t))},
 		Topology: topo, StartupTimeout: 30 * time.Second,
 	}, orderlytest.Logger())
-	if took := time.Since(begin); err == nil || !strings.Contains(err.Error(), "dedup window must be at least 100ms") || took > 5*time.Second {
+	if took := time.Since(begin); err == nil || !strings.Contains(err.Error(), "--dedup-window must be at least 100ms") || took > 5*time.Second {
 		t.Fatalf("setup with a dedup window of 0: %v, after %s", err, took)
 	}
 }

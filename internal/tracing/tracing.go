@@ -59,14 +59,14 @@ type Provider struct {
 func (cfg Config) Validate() error {
 	var errs []error
 	if !(cfg.SampleRatio >= 0 && cfg.SampleRatio <= 1) { // NaN too
-		errs = append(errs, fmt.Errorf("trace sample ratio must be from 0 to 1, got %v", cfg.SampleRatio))
+		errs = append(errs, fmt.Errorf("--trace-sample-ratio must be from 0 to 1, got %v", cfg.SampleRatio))
 	}
 	if cfg.Endpoint != "" {
 		// localhost:4318 was taken, and every export then failed ("no Host
 		// in request URL"): the scheme is read as what precedes the colon.
 		u, err := url.Parse(cfg.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("OTLP endpoint %q: want an http or https URL with a host, such as http://localhost:4318", cfg.Endpoint))
+			errs = append(errs, fmt.Errorf("--otlp-endpoint %q: want an http or https URL with a host, such as http://localhost:4318", cfg.Endpoint))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/orderly-dev/orderly/internal/server"
+)
+
+// TestConfigurationErrorsNameTheFlag: a value the command line parses but
+// the configuration refuses is named by its flag, the name the user typed
+// (or the one --help shows beside its environment variable), with the value
+// and the reason. The errors said "result TTL", "dedup window", "HTTP header
+// limit": names no flag has.
+func TestConfigurationErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args string
+		want []string
+	}{
+		{"serve --event-retention 1s", []string{"--event-retention (1s)", "--result-ttl (24h0m0s)"}},
+		{"serve --result-ttl 1m", []string{"--result-ttl (1m0s)", "--dedup-window (2m0s)"}},
+		{"serve --command-retention 1m", []string{"--command-retention (1m0s)", "--dedup-window (2m0s)"}},
+		{"serve --dedup-window 10ms", []string{"--dedup-window", "10ms"}},
+		{"serve --replicas 6", []string{"--replicas", "6"}},
+		{"serve --replicas 3", []string{"--replicas 3", "--nats-url"}},
+		{"serve --body-limit 1000", []string{"--body-limit", "1000"}},
+		{"serve --wait 10s --max-wait 5s", []string{"--max-wait (5s)", "--wait (10s)"}},
+		{"serve --processor-concurrency 0", []string{"--processor-concurrency", "got 0"}},
+		{"serve --roles api,processor,projector --projector-concurrency 0", []string{"--projector-concurrency", "got 0"}},
+		{"serve --http-max-header-bytes 100", []string{"--http-max-header-bytes", "100"}},
+		{"serve --http-header-timeout 0s", []string{"--http-header-timeout", "0s"}},
+		{"serve --http-body-timeout 0s", []string{"--http-body-timeout", "0s"}},
+		{"serve --http-idle-timeout 0s", []string{"--http-idle-timeout", "0s"}},
+		{"serve --store-fault-grace 0s", []string{"--store-fault-grace", "0s"}},
+		{"serve --pprof-addr 0.0.0.0:6060", []string{"--pprof-addr 0.0.0.0:6060"}},
+		{"serve --pprof-addr nonsense", []string{`--pprof-addr "nonsense"`}},
+		{"serve --nats-pprof-addr 127.0.0.1:6061", []string{"--nats-pprof-addr", "--nats-process child"}},
+		{"serve --decision-lag 5s --roles processor", []string{"--decision-lag", "--roles"}},
+		{"serve --http-addr nonsense", []string{`--http-addr "nonsense"`}},
+		{"serve --fsync group --nats-url nats://127.0.0.1:4222", []string{"--fsync group", "--nats-url"}},
+		{"serve --trace-sample-ratio 1.5", []string{"--trace-sample-ratio", "1.5"}},
+		{"serve --otlp-endpoint ::bad", []string{`--otlp-endpoint "::bad"`}},
+		{"serve --nats-tls-host bad_host!", []string{`--nats-tls-host "bad_host!"`}},
+		{"api --nats-url nats://x --wait 10s --max-wait 5s", []string{"--max-wait (5s)", "--wait (10s)"}},
+		{"processor --nats-url nats://x --processor-concurrency 0", []string{"--processor-concurrency", "got 0"}},
+	} {
+		refusedSaying(t, c.args, serveConfigOf(t, c.args).Validate(), c.want)
+	}
+	// orderly setup refuses the same topology flags, named the same way.
+	for _, c := range []struct {
+		args string
+		want []string
+	}{
+		{"setup --nats-url nats://x --event-retention 1h", []string{"--event-retention (1h0m0s)", "--result-ttl (24h0m0s)"}},
+		{"setup --nats-url nats://x --dedup-window 1ms", []string{"--dedup-window", "1ms"}},
+		{"setup --nats-url nats://x --replicas 7", []string{"--replicas", "7"}},
+	} {
+		cli := parseCLI(t, c.args)
+		refusedSaying(t, c.args, cli.Setup.topology().Validate(), c.want)
+	}
+	// A cluster's replicas are for a NATS of its own, and refused with the
+	// embedded server only: there the stream's creation said "replicas > 1
+	// not supported in non-clustered mode" after the server had started.
+	for _, ok := range []string{"serve --replicas 1", "serve --nats-url nats://x --replicas 3"} {
+		if err := serveConfigOf(t, ok).Validate(); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}
+
+// serveConfigOf is the server configuration of a serve, api or processor
+// command line.
+func serveConfigOf(t *testing.T, args string) interface{ Validate() error } {
+	t.Helper()
+	cli := parseCLI(t, args)
+	var cfg interface{ Validate() error }
+	var err error
+	var role server.Config
+	switch strings.Fields(args)[0] {
+	case "serve":
+		cfg, err = cli.Serve.config()
+	case "api":
+		role, err = cli.API.config()
+		cli.API.NATSFlags.apply(&role)
+		cfg = role
+	case "processor":
+		role, err = cli.Processor.config()
+		cli.Processor.NATSFlags.apply(&role)
+		cfg = role
+	default:
+		t.Fatalf("%s: not a serving command", args)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", args, err)
+	}
+	return cfg
+}
+
+// refusedSaying fails t unless err refuses args and says each of want.
+func refusedSaying(t *testing.T, args string, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: accepted", args)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: %q does not say %q", args, err, w)
+		}
+	}
+}
