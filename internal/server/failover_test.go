@@ -38,6 +38,31 @@ const (
 	feedDown  = 25 * time.Second
 )
 
+// slowedBound is how long after a kill requests may still be slowed when
+// the slowest election of a new leader took elected (-1: none): slowBound,
+// which counts 9 s for it (nats-server's longest election timeout), or,
+// when raft needed another round, the election and the rest of slowBound
+// after it (the attempt cap, the heartbeats, CPU contention): what orderly
+// adds to an election is bounded, not how long raft takes to hold one. It
+// stays below feedDown, so that a feed that never came back (every waiting
+// request slow until the node's restart) still fails the failover test.
+func slowedBound(elected time.Duration) time.Duration {
+	const election = 9 * time.Second
+	return min(max(slowBound, elected+slowBound-election), feedDown-time.Second)
+}
+
+// slowest is the longest of the elections (-1 when one had none).
+func slowest(elections map[string]time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range elections {
+		if d < 0 {
+			return -1
+		}
+		m = max(m, d)
+	}
+	return m
+}
+
 type hit struct {
 	url    string
 	at     time.Time
@@ -153,7 +178,11 @@ func leaderOf(t *testing.T, js jetstream.JetStream, stream string) string {
 // elected watches, from now on, for a leader of each stream other than the
 // node killed. Its wait returns how long each took (-1: none within a
 // minute), having logged them: what a request that needs the stream waits
-// for at the least.
+// for at the least. It reads the leader from the stream's info, which the
+// nodes left may answer only once they have a meta leader too (10008
+// meanwhile), so when the node lost led the meta group as well, the time
+// logged can be longer than the stream's own election (seen once: 5 s
+// logged for a partition in which the other API was not slowed at all).
 func elected(t *testing.T, js jetstream.JetStream, killed string, streams ...string) (wait func(what string) map[string]time.Duration) {
 	begin := time.Now()
 	took := make([]time.Duration, len(streams))
@@ -251,7 +280,8 @@ func caughtUp(t *testing.T, js jetstream.JetStream) {
 // three requests sent 8-16 ms after the kill, 503 outcome_unknown); how
 // long each election took is logged; and the requests
 // slowed by each failover end within 20 s of the
-// kill: a killed leader's followers wait 4 to 9 s before they elect a new one
+// kill (or, when raft needed another round of its election, within 11 s of
+// the new leader, slowedBound): a killed leader's followers wait 4 to 9 s before they elect a new one
 // (nats-server's raft election timeout), a request sent into the change is
 // sent again within 3 s (the attempt cap), and a lost feed is noticed
 // after two missed heartbeats (2 s): 9 + 3 + 2 = 14 s on a machine with CPU
@@ -329,8 +359,8 @@ func TestFailoverUnderCheck(t *testing.T) {
 			}
 			t.Errorf("kill %d: a client saw an error, sent %s after the kill to %s, after %s: %d %s", i+1, sent.Round(time.Millisecond), e.url, e.took.Round(time.Millisecond), e.status, strings.TrimSpace(e.code))
 		}
-		if slowFor > slowBound {
-			t.Errorf("kill %d (%s): requests slowed for %s, more than %s", i+1, k.what, slowFor, slowBound)
+		if bound := slowedBound(slowest(leaders[i])); slowFor > bound {
+			t.Errorf("kill %d (%s): requests slowed for %s, more than %s", i+1, k.what, slowFor, bound)
 			for _, h := range hits {
 				if !h.at.Before(k.at) && h.at.Before(k.to) && h.took > time.Second {
 					t.Logf("  slow: %s at +%s took %s: %d", h.url, h.at.Sub(k.at).Round(time.Millisecond), h.took.Round(time.Millisecond), h.status)
@@ -354,4 +384,42 @@ func TestFailoverUnderCheck(t *testing.T) {
 	// their NATS operations).
 	cluster.Restart(feed)
 	caughtUp(t, js)
+}
+
+// TestFailoverAllowances: what the failover and partition tests excuse is
+// bound to the elections they measured, and no more.
+func TestFailoverAllowances(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	for _, c := range []struct {
+		elected, want time.Duration
+	}{{-1, 20 * s}, {4 * s, 20 * s}, {9 * s, 20 * s}, {12 * s, 23 * s}, {30 * s, 24 * s}} {
+		if got := slowedBound(c.elected); got != c.want {
+			t.Errorf("slowedBound(%s) = %s, want %s", c.elected, got, c.want)
+		}
+	}
+	if got := slowest(map[string]time.Duration{"a": 3 * s, "b": 8 * s, "c": 0}); got != 8*s {
+		t.Errorf("slowest = %s, want 8s", got)
+	}
+	if got := slowest(map[string]time.Duration{"a": 3 * s, "b": -1}); got != -1 {
+		t.Errorf("slowest with no leader = %s, want -1", got)
+	}
+	budget := 10 * s
+	unknown := hit{status: http.StatusServiceUnavailable, code: `{"code":"outcome_unknown"}`}
+	for _, c := range []struct {
+		e              hit
+		sent, commands time.Duration
+		want           bool
+	}{
+		{unknown, 0, 12 * s, true},      // the election came after the budget's last try
+		{unknown, 0, 8 * s, false},      // within the budget: it should have been stored
+		{unknown, 3 * s, 11 * s, false}, // sent later, the election was within its budget
+		{unknown, 0, -1, true},          // no leader within a minute
+		{hit{status: http.StatusInternalServerError, code: "boom"}, 0, 12 * s, false},
+		{hit{status: 0, code: "transport: EOF"}, 0, 12 * s, false},
+	} {
+		if got := excused(c.e, c.sent, c.commands, budget); got != c.want {
+			t.Errorf("excused(%d %s, sent %s, elected %s) = %v, want %v", c.e.status, c.e.code, c.sent, c.commands, got, c.want)
+		}
+	}
 }
