@@ -181,8 +181,9 @@ func leaderOf(t *testing.T, js jetstream.JetStream, stream string) string {
 // for at the least. It reads the leader from the stream's info, which the
 // nodes left may answer only once they have a meta leader too (10008
 // meanwhile), so when the node lost led the meta group as well, the time
-// logged can be longer than the stream's own election (seen once: 5 s
-// logged for a partition in which the other API was not slowed at all).
+// logged can be longer than the stream's own election (a partition logged
+// 5 s once while the other API was not slowed at all, which this would
+// explain; the run did not log the meta leader).
 func elected(t *testing.T, js jetstream.JetStream, killed string, streams ...string) (wait func(what string) map[string]time.Duration) {
 	begin := time.Now()
 	took := make([]time.Duration, len(streams))
