@@ -1,9 +1,15 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/orderly-dev/orderly/internal/orderlytest"
 	"github.com/orderly-dev/orderly/internal/server"
 )
 
@@ -108,5 +114,26 @@ func refusedSaying(t *testing.T, args string, err error, want []string) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("%s: %q does not say %q", args, err, w)
 		}
+	}
+}
+
+// TestRefusedConfigurationIsAllTheOutput: a configuration orderly refuses is
+// refused before anything is logged, applied or made: the output is the
+// refusal (it began with "orderly starting" and the memory limit), and the
+// data directory is not created.
+func TestRefusedConfigurationIsAllTheOutput(t *testing.T) {
+	t.Parallel()
+	bin := orderlytest.BuildOrderly(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	out, err := exec.Command(bin, "serve", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--nats-listen", "", "--event-retention", "1h").CombinedOutput()
+	if err == nil {
+		t.Fatalf("accepted:\n%s", out)
+	}
+	want := "orderly: invalid configuration: --event-retention (1h0m0s) must be at least --result-ttl (24h0m0s): a stored result needs its event\n"
+	if string(out) != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out, want)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the data directory: %v; want none made", err)
 	}
 }

@@ -336,6 +336,11 @@ func (c *ProjectorFlags) apply(cfg *server.Config) { cfg.Projector.Concurrency =
 // gives /metrics its token; a process without either logs that it has
 // nothing to reload, and goes on.
 func runServer(g *globals, cfg server.Config, memoryLimit, tokensFile, metricsTokenFile string) error {
+	// Refused before anything is logged or applied: a mistyped flag's
+	// error is all the output.
+	if err := server.CheckConfig(cfg); err != nil {
+		return err
+	}
 	share := 1.0
 	child := cfg.NATSURL == "" && cfg.NATSProcess == natsserver.Child
 	if child {

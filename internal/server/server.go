@@ -92,10 +92,19 @@ type Server struct {
 	shutErr  error
 }
 
+// CheckConfig is cfg.Validate's refusal as Start gives it, so that a
+// command can refuse a configuration before it logs or does anything else.
+func CheckConfig(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	return nil
+}
+
 // Start brings a process up. On error everything started so far is stopped.
 func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid configuration: %w", err)
+	if err := CheckConfig(cfg); err != nil {
+		return nil, err
 	}
 	logger = slog.New(tracing.LogHandler(logger.Handler()))
 	s := &Server{cfg: cfg, logger: logger, failed: make(chan error, 4), registry: prometheus.NewRegistry()}
