@@ -44,6 +44,7 @@ func TestConfigurationErrorsNameTheFlag(t *testing.T) {
 		{"serve --nats-pprof-addr 127.0.0.1:6061", []string{"--nats-pprof-addr", "--nats-process child"}},
 		{"serve --decision-lag 5s --roles processor", []string{"--decision-lag", "--roles"}},
 		{"serve --http-addr nonsense", []string{`--http-addr "nonsense"`}},
+		{"serve --http-addr 0.0.0.0:8080", []string{"--http-addr 0.0.0.0:8080 can be reached from other hosts", "--tokens-file", "--http-anonymous"}},
 		{"serve --fsync group --nats-url nats://127.0.0.1:4222", []string{"--fsync group", "--nats-url"}},
 		{"serve --trace-sample-ratio 1.5", []string{"--trace-sample-ratio", "1.5"}},
 		{"serve --otlp-endpoint ::bad", []string{`--otlp-endpoint "::bad"`}},

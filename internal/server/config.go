@@ -324,7 +324,7 @@ func (c Config) Validate() error {
 	if err := checkListenAddr(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--http-addr %q: %w", c.HTTPAddr, err))
 	} else if c.anonymousBeyondLoopback() && !c.HTTPAnonymous {
-		errs = append(errs, fmt.Errorf("HTTP address %s can be reached from other hosts, and without tokens anyone who reaches it can place orders: "+
+		errs = append(errs, fmt.Errorf("--http-addr %s can be reached from other hosts, and without tokens anyone who reaches it can place orders: "+
 			"give the clients tokens (--tokens-file), listen on loopback (127.0.0.1), "+
 			"or, when something in front of orderly authenticates the clients, allow them in anonymously (--http-anonymous)", c.HTTPAddr))
 	}
