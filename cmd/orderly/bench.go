@@ -77,13 +77,11 @@ func (c *BenchCmd) Validate() error {
 }
 
 // Run runs the benchmark.
-func (c *BenchCmd) Run(g *globals) error {
-	if c.Waiters > 0 {
-		return c.runWaiters(g)
-	}
+// config is the load's configuration of the flags, validated.
+func (c *BenchCmd) config() (bench.Config, error) {
 	mix, err := bench.ParseMix(c.Mix)
 	if err != nil {
-		return err
+		return bench.Config{}, err
 	}
 	cfg := bench.Config{
 		URL: strings.TrimRight(c.URL, "/"), Connections: c.Connections, Duration: c.Duration, Requests: c.Requests,
@@ -94,7 +92,15 @@ func (c *BenchCmd) Run(g *globals) error {
 	if c.Requests > 0 && c.Duration == 10*time.Second {
 		cfg.Duration = 0 // --requests alone: run until that many
 	}
-	if err := cfg.Validate(); err != nil {
+	return cfg, cfg.Validate()
+}
+
+func (c *BenchCmd) Run(g *globals) error {
+	if c.Waiters > 0 {
+		return c.runWaiters(g)
+	}
+	cfg, err := c.config()
+	if err != nil {
 		return err
 	}
 	exe, err := os.Executable()
@@ -106,7 +112,7 @@ func (c *BenchCmd) Run(g *globals) error {
 		mode = "async"
 	}
 	rep, err := bench.Compare(g.ctx, bench.CompareConfig{
-		Load: cfg, Name: fmt.Sprintf("orderly (%s, %s)", mode, mix), Baseline: c.Baseline, Rounds: c.Rounds,
+		Load: cfg, Name: fmt.Sprintf("orderly (%s, %s)", mode, cfg.Mix), Baseline: c.Baseline, Rounds: c.Rounds,
 		NATSURL: c.NATSURL, Credentials: c.creds(), Ceiling: []string{exe, "bench-ceiling-server", "--addr", "127.0.0.1:0"}, Progress: os.Stderr,
 	})
 	if err != nil {

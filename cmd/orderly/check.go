@@ -102,10 +102,10 @@ func parseWeights(s string) (map[check.Scenario]int, error) {
 			known = known || string(sc) == name
 		}
 		if !ok || err != nil || n < 0 || !known {
-			return nil, fmt.Errorf("mix %q: want scenario:weight pairs; scenarios: %v", s, check.Scenarios)
+			return nil, fmt.Errorf("--mix %q: want scenario:weight pairs, each weight a whole number of 0 or more; scenarios: %v", s, check.Scenarios)
 		}
 		if _, twice := out[check.Scenario(name)]; twice {
-			return nil, fmt.Errorf("mix %q: %s is given more than once", s, name)
+			return nil, fmt.Errorf("--mix %q: %s is given more than once", s, name)
 		}
 		out[check.Scenario(name)] = n
 	}

@@ -66,6 +66,36 @@ func TestConfigurationErrorsNameTheFlag(t *testing.T) {
 		cli := parseCLI(t, c.args)
 		refusedSaying(t, c.args, cli.Setup.topology().Validate(), c.want)
 	}
+	// The load tools' refusals, named the same way.
+	for _, c := range []struct {
+		args string
+		want []string
+	}{
+		{"check --clients 0", []string{"--clients", "got 0"}},
+		{"check --orders=-5", []string{"--orders", "-5"}},
+		{"check --duration 0s --orders 0", []string{"--duration", "--orders"}},
+		{"check --settle 0s", []string{"--settle", "0s"}},
+		{"check --request-timeout 0s", []string{"--request-timeout", "0s"}},
+		{"check --mix burst:-1", []string{`--mix "burst:-1"`, "0 or more"}},
+		{"check --mix sync:0", []string{"--mix", "add up to 0"}},
+		{"bench -c 0", []string{"--connections", "got 0"}},
+		{"bench --requests=-5", []string{"--requests", "-5"}},
+		{"bench --replay-keys=-1", []string{"--replay-keys", "-1"}},
+		{"bench -d 0s", []string{"--duration", "--requests"}},
+		{"bench --payload-size 50", []string{"--payload-size", "50"}},
+		{"bench --progress-every 5ms", []string{"--progress-every", "5ms"}},
+		{"bench --mix replay:100 --replay-keys 0", []string{"--mix", "--replay-keys"}},
+	} {
+		cli := parseCLI(t, c.args)
+		var err error
+		switch strings.Fields(c.args)[0] {
+		case "check":
+			_, err = cli.Check.config()
+		case "bench":
+			_, err = cli.Bench.config()
+		}
+		refusedSaying(t, c.args, err, c.want)
+	}
 	// A cluster's replicas are for a NATS of its own, and refused with the
 	// embedded server only: there the stream's creation said "replicas > 1
 	// not supported in non-clustered mode" after the server had started.

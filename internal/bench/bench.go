@@ -45,13 +45,13 @@ func ParseMix(s string) (Mix, error) {
 		name, v, ok := strings.Cut(strings.TrimSpace(part), ":")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 {
-			return m, fmt.Errorf("mix %q: want kind:percent pairs such as new:80,replay:20", s)
+			return m, fmt.Errorf("--mix %q: want kind:percent pairs such as new:80,replay:20", s)
 		}
 		if name == "duplicate" {
 			name = "dup"
 		}
 		if seen[name] { // the last would count, and the sum be told wrong
-			return m, fmt.Errorf("mix %q: %s is given more than once", s, name)
+			return m, fmt.Errorf("--mix %q: %s is given more than once", s, name)
 		}
 		seen[name] = true
 		switch name {
@@ -62,11 +62,11 @@ func ParseMix(s string) (Mix, error) {
 		case "dup":
 			m.Duplicate = n
 		default:
-			return m, fmt.Errorf("mix %q: unknown kind %q (new, replay, dup)", s, name)
+			return m, fmt.Errorf("--mix %q: unknown kind %q (new, replay, dup)", s, name)
 		}
 	}
 	if m.New+m.Replay+m.Duplicate != 100 {
-		return m, fmt.Errorf("mix %q: percentages add up to %d, not 100", s, m.New+m.Replay+m.Duplicate)
+		return m, fmt.Errorf("--mix %q: percentages add up to %d, not 100", s, m.New+m.Replay+m.Duplicate)
 	}
 	return m, nil
 }
@@ -134,28 +134,34 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if c.Connections < 1 {
-		errs = append(errs, errors.New("connections must be at least 1"))
+		errs = append(errs, fmt.Errorf("--connections must be at least 1, got %d", c.Connections))
 	}
-	if c.Requests < 0 || c.ReplayKeys < 0 {
-		errs = append(errs, errors.New("request count and replay keys must not be negative"))
+	if c.Requests < 0 {
+		errs = append(errs, fmt.Errorf("--requests must not be negative, got %d", c.Requests))
+	}
+	if c.ReplayKeys < 0 {
+		errs = append(errs, fmt.Errorf("--replay-keys must not be negative, got %d", c.ReplayKeys))
 	}
 	if c.Duration <= 0 && c.Requests <= 0 {
-		errs = append(errs, errors.New("give a duration or a request count"))
+		errs = append(errs, errors.New("give a --duration or a number of --requests (both are 0)"))
 	}
 	if c.PayloadSize < 100 || c.PayloadSize > 60000 {
-		errs = append(errs, errors.New("payload size must be 100 to 60000 bytes"))
+		errs = append(errs, fmt.Errorf("--payload-size must be 100 to 60000 bytes, got %d", c.PayloadSize))
 	}
-	if c.PollEvery < 0 || c.PollDrain < 0 {
-		errs = append(errs, errors.New("poll interval and poll drain must not be negative"))
+	if c.PollEvery < 0 {
+		errs = append(errs, fmt.Errorf("--poll-every must not be negative, got %s", c.PollEvery))
+	}
+	if c.PollDrain < 0 {
+		errs = append(errs, fmt.Errorf("--poll-drain must not be negative, got %s", c.PollDrain))
 	}
 	if c.ProgressEvery < 0 || (c.ProgressEvery > 0 && c.ProgressEvery < 10*time.Millisecond) {
-		errs = append(errs, fmt.Errorf("progress interval %s: give 0 (the default) or at least 10ms", c.ProgressEvery))
+		errs = append(errs, fmt.Errorf("--progress-every %s: give 0 (the default) or at least 10ms", c.ProgressEvery))
 	}
 	if c.PollEvery > 0 && !c.Poll {
-		errs = append(errs, errors.New("a poll interval needs polling clients (--poll)"))
+		errs = append(errs, errors.New("--poll-every needs polling clients (--poll)"))
 	}
 	if c.Mix.Replay > 0 && c.ReplayKeys < 1 {
-		errs = append(errs, errors.New("replays need at least one replay key"))
+		errs = append(errs, errors.New("--mix with replays needs at least one --replay-keys"))
 	}
 	return errors.Join(errs...)
 }

@@ -310,8 +310,8 @@ func TestProgressIntervalIsChecked(t *testing.T) {
 	for _, d := range []time.Duration{-time.Second, time.Millisecond} {
 		cfg := ok
 		cfg.ProgressEvery = d
-		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "progress interval") {
-			t.Errorf("progress every %s: %v, want an error naming the progress interval", d, err)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--progress-every") {
+			t.Errorf("progress every %s: %v, want an error naming --progress-every", d, err)
 		}
 	}
 	for _, d := range []time.Duration{0, 10 * time.Millisecond, 250 * time.Millisecond} {

@@ -87,7 +87,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.URLs) == 0 {
-		errs = append(errs, errors.New("the URL of at least one API is needed"))
+		errs = append(errs, errors.New("--url: the URL of at least one API is needed"))
 	}
 	for _, u := range c.URLs {
 		if err := bench.CheckURL(u); err != nil {
@@ -95,33 +95,36 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.NATSURL == "" {
-		errs = append(errs, errors.New("the NATS URL is needed to read ORDER_EVENTS"))
+		errs = append(errs, errors.New("--nats-url is needed to read ORDER_EVENTS"))
 	}
 	if c.Clients < 1 {
-		errs = append(errs, errors.New("clients must be at least 1"))
+		errs = append(errs, fmt.Errorf("--clients must be at least 1, got %d", c.Clients))
 	}
 	if c.Orders < 0 {
-		errs = append(errs, errors.New("the number of orders must not be negative"))
+		errs = append(errs, fmt.Errorf("--orders must not be negative, got %d", c.Orders))
 	}
 	if c.Duration <= 0 && c.Orders <= 0 {
-		errs = append(errs, errors.New("give a duration or a number of orders"))
+		errs = append(errs, errors.New("give a --duration or a number of --orders (both are 0)"))
 	}
-	if c.Settle <= 0 || c.RequestTimeout <= 0 {
-		errs = append(errs, errors.New("settle and request timeout must be positive"))
+	if c.Settle <= 0 {
+		errs = append(errs, fmt.Errorf("--settle must be positive, got %s", c.Settle))
+	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--request-timeout must be positive, got %s", c.RequestTimeout))
 	}
 	total := 0
 	for _, s := range Scenarios {
 		total += max(c.Weights[s], 0)
 	}
 	if len(c.Weights) > 0 && total == 0 { // it panicked picking a scenario
-		errs = append(errs, fmt.Errorf("the weights of the scenarios add up to 0: give at least one of %v a weight above 0", Scenarios))
+		errs = append(errs, fmt.Errorf("--mix: the weights of the scenarios add up to 0: give at least one of %v a weight above 0", Scenarios))
 	}
 	for s, w := range c.Weights {
 		if w < 0 {
-			errs = append(errs, fmt.Errorf("weight of %s is negative", s))
+			errs = append(errs, fmt.Errorf("--mix: the weight of %s is negative (%d)", s, w))
 		}
 		if s == Delayed && w > 0 && c.RetryDelay <= 0 {
-			errs = append(errs, errors.New("the delayed scenario needs a retry delay longer than the server's duplicate window"))
+			errs = append(errs, errors.New("--mix: the delayed scenario needs a --retry-delay longer than the server's duplicate window"))
 		}
 	}
 	return errors.Join(errs...)
