@@ -955,8 +955,8 @@ func TestCredentialsInitTellsOfANewRoutePassword(t *testing.T) {
 // TestCredentialsInitSetsTheAccountsStorageLimit: --account-max-store
 // writes the ORDERLY account's JetStream storage limit into
 // nats-accounts.conf, a later init without it and a service's key keep it,
-// 0 removes it, and a size it cannot read is refused before anything is
-// written. internal/server TestAccountStorageLimitLosesNoAcceptedOrder runs
+// 0 removes it, and a size it cannot read, one too small to hold orders or a
+// TLS host a certificate cannot name is refused before anything is written. internal/server TestAccountStorageLimitLosesNoAcceptedOrder runs
 // NATS with it.
 func TestCredentialsInitSetsTheAccountsStorageLimit(t *testing.T) {
 	t.Parallel()
@@ -979,11 +979,22 @@ func TestCredentialsInitSetsTheAccountsStorageLimit(t *testing.T) {
 		}
 		return string(b)
 	}
-	if out, err := exec.Command(bin, "credentials", "init", dir, "--account-max-store", "12XB").CombinedOutput(); err == nil || !strings.Contains(string(out), `--account-max-store: want a size such as 512MiB, got "12XB"`) {
-		t.Fatalf("a size it cannot read: %v\n%s", err, out)
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the refused init made the directory: %v", err)
+	for _, c := range []struct{ args, want string }{
+		{"--account-max-store 12XB", `--account-max-store: want a size such as 512MiB, got "12XB"`},
+		// A number without a unit is bytes: "10" meant as gigabytes made an
+		// account that could store no order.
+		{"--account-max-store 10", "--account-max-store 10 B: below 4.0 MiB"},
+		{"--account-max-store 3MiB", "--account-max-store 3.0 MiB: below 4.0 MiB"},
+		// Refused after the seeds were written, as "credentials: TLS host".
+		{"--tls-host bad_host!", `--tls-host "bad_host!": give a DNS name or an IP address`},
+	} {
+		out, err := exec.Command(bin, append([]string{"credentials", "init", dir}, strings.Fields(c.args)...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Fatalf("%s: %v\n%s", c.args, err, out)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the refused init (%s) made the directory: %v", c.args, err)
+		}
 	}
 	if out := run("credentials", "init", dir, "--account-max-store", "2GiB"); !strings.Contains(out, "the account ORDERLY may store 2.0 GiB") || strings.Contains(out, reload) {
 		t.Fatalf("init of a new directory with a limit:\n%s", out)

@@ -142,16 +142,35 @@ func (c *CredentialsServiceListCmd) Run() error {
 type CredentialsInitCmd struct {
 	Dir             string   `name:"dir" arg:"" type:"path" help:"Directory for the seeds, the route password, the TLS files and the configuration fragments."`
 	TLSHosts        []string `name:"tls-host" env:"ORDERLY_TLS_HOSTS" sep:"," help:"Names or addresses the NATS nodes are reached at, besides nats-1, nats-2, nats-3, localhost, 127.0.0.1 and ::1: the nodes' certificate (tls-node.pem) must hold every one that a client or a route dials. Repeat it or separate with commas."`
-	AccountMaxStore string   `name:"account-max-store" env:"ORDERLY_ACCOUNT_MAX_STORE" placeholder:"SIZE" help:"Limit the JetStream storage of orderly's NATS account (such as 120GiB; every copy of a replicated stream counts, so an R3 cluster holds a third of it on each node), and alert before it (OrderlyAccountStorageNearLimit). At the limit new orders are answered 503 and the accepted ones wait, while the streams keep their leaders; set it below three times the nodes' max_file_store, whose overrun leaves the streams without leaders. Reload the nodes to take it. 0 removes it; empty keeps what the directory has (docs/operations.md)."`
+	AccountMaxStore string   `name:"account-max-store" env:"ORDERLY_ACCOUNT_MAX_STORE" placeholder:"SIZE" help:"Limit the JetStream storage of orderly's NATS account (such as 120GiB; every copy of a replicated stream counts, so an R3 cluster holds a third of it on each node), and alert before it (OrderlyAccountStorageNearLimit). At the limit new orders are answered 503 and the accepted ones wait, while the streams keep their leaders; set it below three times the nodes' max_file_store, whose overrun leaves the streams without leaders. Reload the nodes to take it. At least 4MiB; 0 removes it; empty keeps what the directory has (docs/operations.md)."`
 }
 
-// Validate checks the size before anything is written.
+// minAccountMaxStore is the smallest storage limit credentials init sets:
+// a process stops saying it is ready 1 MiB below the limit (ADR 0032), and a
+// number without a unit is bytes, so a limit of "10" or "500" (meant as
+// gigabytes) made an account that could store no order.
+const minAccountMaxStore = 4 << 20
+
+// Validate checks the flags before anything is written (a TLS host the
+// certificate cannot name was refused after the seeds were made).
 func (c *CredentialsInitCmd) Validate() error {
-	if c.AccountMaxStore == "" {
-		return nil
+	var errs []error
+	for _, h := range c.TLSHosts {
+		if !natsauth.ValidTLSHost(h) {
+			errs = append(errs, fmt.Errorf("--tls-host %q: give a DNS name or an IP address", h))
+		}
 	}
-	_, err := parseSize("--account-max-store", c.AccountMaxStore)
-	return err
+	if c.AccountMaxStore != "" {
+		limit, err := parseSize("--account-max-store", c.AccountMaxStore)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case limit > 0 && limit < minAccountMaxStore:
+			errs = append(errs, fmt.Errorf("--account-max-store %s: below %s, the least it takes (that holds about a thousand orders: orderly stops being ready 1 MiB below the limit); a number without a unit is bytes: give a unit, such as 120GiB (0 removes the limit)",
+				humanize.IBytes(uint64(limit)), humanize.IBytes(minAccountMaxStore)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Run creates the credentials.
