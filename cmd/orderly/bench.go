@@ -76,7 +76,6 @@ func (c *BenchCmd) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Run runs the benchmark.
 // config is the load's configuration of the flags, validated.
 func (c *BenchCmd) config() (bench.Config, error) {
 	mix, err := bench.ParseMix(c.Mix)
@@ -95,6 +94,7 @@ func (c *BenchCmd) config() (bench.Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// Run runs the benchmark.
 func (c *BenchCmd) Run(g *globals) error {
 	if c.Waiters > 0 {
 		return c.runWaiters(g)
