@@ -108,23 +108,21 @@ func TestConfigurationErrorsNameTheFlag(t *testing.T) {
 
 // serveConfigOf is the server configuration of a serve, api or processor
 // command line.
-func serveConfigOf(t *testing.T, args string) interface{ Validate() error } {
+func serveConfigOf(t *testing.T, args string) server.Config {
 	t.Helper()
+	if strings.HasPrefix(args, "serve ") {
+		return serveConfig(t, args)
+	}
 	cli := parseCLI(t, args)
-	var cfg interface{ Validate() error }
+	var cfg server.Config
 	var err error
-	var role server.Config
 	switch strings.Fields(args)[0] {
-	case "serve":
-		cfg, err = cli.Serve.config()
 	case "api":
-		role, err = cli.API.config()
-		cli.API.NATSFlags.apply(&role)
-		cfg = role
+		cfg, err = cli.API.config()
+		cli.API.NATSFlags.apply(&cfg)
 	case "processor":
-		role, err = cli.Processor.config()
-		cli.Processor.NATSFlags.apply(&role)
-		cfg = role
+		cfg, err = cli.Processor.config()
+		cli.Processor.NATSFlags.apply(&cfg)
 	default:
 		t.Fatalf("%s: not a serving command", args)
 	}
